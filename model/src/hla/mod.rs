@@ -1,0 +1,124 @@
+//! Higher-order Linear Attention (HLA), strictly causal ("masked"), per head.
+//!
+//! Three operators, each in three forms that compute the same numbers:
+//!
+//! | operator | definition (spec) | state |
+//! |---|---|---|
+//! | [`second`] | `o_t = Σ_{j≤t} Σ_{i≤j} (q_t·k_i)(q_j·k_i) v_j` (§3, §6) | `S, Z` |
+//! | [`third`] | `O = ((W Wᵀ) ⊙ L) W V`, the corrected kernel D1 (§8) | `S, P, Y` |
+//! | [`ahla`] | `O = ((A A) ⊙ L) V`, asymmetric (§7) | `P, E` |
+//!
+//! * `reference`: the quadratic definition, O(T²) memory; the ground truth for tests.
+//! * `recurrent`: the serial recurrence, one token at a time with a constant state;
+//!   used for evaluation and generation.
+//! * `chunked`: the chunk-parallel matmul form used for training; takes an initial state
+//!   and returns the final one, so a prefix can be processed in parallel and the
+//!   recurrence continue from it.
+//!
+//! Spec: `shared/spec/hla-math.md`. Decay and per-token gates follow the corrected rules
+//! of §6 (`Z ← g² Z + (S q) vᵀ`), extended here to third order (`Y ← g³ Y + …`) and
+//! AHLA (`E ← g E + …`) with the same product decay: every index of a term decays from
+//! its own position to `t`. These extensions are checked in float64 by
+//! `model/tests/golden/generate.py`.
+//!
+//! Tensors are `[batch, heads, time, dim]`. Keys may have one head (shared across heads,
+//! multi-query, spec §11): the key moment `S` is then stored once per layer unless the
+//! gates differ per head. The optional masked denominator is computed by appending a
+//! value column of ones, so its state (`z`, `y`, `n` in the spec) is the last column of
+//! the value-side state (`Z`, `Y`, `E`).
+
+pub mod ahla;
+mod decay;
+mod input;
+mod normalize;
+pub mod second;
+mod spans;
+mod state;
+pub mod third;
+
+pub use input::{HlaError, HlaInput, fixed_log_gates};
+pub use normalize::{Output, sign_preserving_clamp};
+pub use state::HlaState;
+
+use burn::prelude::*;
+
+/// Which higher-order operator.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Second order, the HLA of the paper (spec §3).
+    Second,
+    /// Third order, the corrected masked kernel (spec §8).
+    Third,
+    /// Asymmetric second order, AHLA (spec §7).
+    Asymmetric,
+}
+
+/// How a sequence is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// The quadratic definition.
+    Reference,
+    /// Token by token with the constant state.
+    Recurrent,
+    /// Chunk-parallel with the given chunk size (≥ 1).
+    Chunked(usize),
+}
+
+/// Runs `order` over a sequence in the given `form`, starting from `state` (zeros when
+/// `None`).
+///
+/// Shapes: see [`HlaInput`]; output `[batch, heads, time, dv]`. With
+/// [`Output::Normalized`], the state carries the denominator as an extra value column;
+/// pass states only between calls with the same `output`.
+pub fn forward(
+    order: Order,
+    form: Form,
+    input: HlaInput,
+    state: Option<HlaState>,
+    output: Output,
+) -> (Tensor<4>, HlaState) {
+    let state = state.unwrap_or_else(|| HlaState::zeros(order, &input, output));
+    let input = output.augment(input);
+    let (o, state) = match (order, state) {
+        (Order::Second, HlaState::Second(s)) => {
+            let (o, s) = match form {
+                Form::Reference => second::reference(&input, s),
+                Form::Recurrent => second::recurrent(&input, s),
+                Form::Chunked(c) => second::chunked(&input, s, c),
+            };
+            (o, HlaState::Second(s))
+        }
+        (Order::Third, HlaState::Third(s)) => {
+            let (o, s) = match form {
+                Form::Reference => third::reference(&input, s),
+                Form::Recurrent => third::recurrent(&input, s),
+                Form::Chunked(c) => third::chunked(&input, s, c),
+            };
+            (o, HlaState::Third(s))
+        }
+        (Order::Asymmetric, HlaState::Asymmetric(s)) => {
+            let (o, s) = match form {
+                Form::Reference => ahla::reference(&input, s),
+                Form::Recurrent => ahla::recurrent(&input, s),
+                Form::Chunked(c) => ahla::chunked(&input, s, c),
+            };
+            (o, HlaState::Asymmetric(s))
+        }
+        (order, state) => panic!(
+            "a {:?} state passed to the {order:?} operator",
+            state.order()
+        ),
+    };
+    (output.finish(o), state)
+}
+
+/// One token of the serial recurrence: `input` has `time = 1`; returns `o_t`
+/// `[batch, heads, 1, dv]` and the next state.
+pub fn step(
+    order: Order,
+    input: HlaInput,
+    state: HlaState,
+    output: Output,
+) -> (Tensor<4>, HlaState) {
+    forward(order, Form::Recurrent, input, Some(state), output)
+}

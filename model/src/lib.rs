@@ -1,0 +1,5 @@
+//! Higher-order Linear Attention on Burn: the operators in their reference, recurrent and
+//! chunk-parallel forms.
+
+pub mod compare;
+pub mod hla;
