@@ -9,33 +9,31 @@
 
 use burn::prelude::*;
 
-pub(crate) enum Decay {
-    None,
-    /// `b`, `[batch or 1, heads or 1, span, 1]`.
-    Gated(Tensor<4>),
+pub(crate) struct Decay {
+    /// `b`, `[batch or 1, heads or 1, span, 1]`; `None` without gates.
+    b: Option<Tensor<4>>,
 }
 
 impl Decay {
     pub(crate) fn over(log_g: Option<&Tensor<3>>) -> Self {
-        match log_g {
-            None => Self::None,
-            Some(g) => Self::Gated(g.clone().cumsum(2).unsqueeze_dim(3)),
+        Self {
+            b: log_g.map(|g| g.clone().cumsum(2).unsqueeze_dim(3)),
         }
     }
 
     /// `diag(a^p) x` for `x [.., span, n]`.
-    pub(crate) fn from_start(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match self {
-            Self::None => x,
-            Self::Gated(b) => x * (b.clone() * p).exp(),
+    pub(crate) fn since_start(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
+        match &self.b {
+            None => x,
+            Some(b) => x * (b.clone() * p).exp(),
         }
     }
 
     /// `diag(e^p) x` for `x [.., span, n]`.
-    pub(crate) fn to_end(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match self {
-            Self::None => x,
-            Self::Gated(b) => {
+    pub(crate) fn until_end(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
+        match &self.b {
+            None => x,
+            Some(b) => {
                 let last = b.dims()[2] - 1;
                 let b_last = b.clone().slice(s![.., .., last..=last, ..]);
                 x * ((b_last - b.clone()) * p).exp()
@@ -44,10 +42,10 @@ impl Decay {
     }
 
     /// `ρ^p x` for a state `x [.., rows, cols]`.
-    pub(crate) fn across(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match self {
-            Self::None => x,
-            Self::Gated(b) => {
+    pub(crate) fn whole(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
+        match &self.b {
+            None => x,
+            Some(b) => {
                 let last = b.dims()[2] - 1;
                 x * (b.clone().slice(s![.., .., last..=last, ..]) * p).exp()
             }
@@ -56,9 +54,9 @@ impl Decay {
 
     /// `x ⊙ D^p` for `x [.., span, span]`.
     pub(crate) fn mask(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match self {
-            Self::None => x.tril(0),
-            Self::Gated(b) => {
+        match &self.b {
+            None => x.tril(0),
+            Some(b) => {
                 let diff = b.clone() - b.clone().swap_dims(2, 3);
                 // Zero the upper triangle before exp so its positive exponents never overflow.
                 x * (diff * p).tril(0).exp().tril(0)

@@ -7,6 +7,7 @@ use super::{HlaInput, Order, Output, ahla, second, third};
 
 /// The constant-size state carried between tokens and between calls.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one tensor handle apart; boxing would allocate per token
 pub enum HlaState {
     Second(second::State),
     Third(third::State),

@@ -10,12 +10,13 @@ pub const TOL: f64 = 1e-4;
 
 /// Every CPU device compiled into this build (ndarray by default, flex with its feature).
 pub fn devices() -> Vec<Device> {
-    let mut out = Vec::new();
-    #[cfg(feature = "ndarray")]
-    #[allow(deprecated)]
-    out.push(Device::ndarray());
-    #[cfg(feature = "flex")]
-    out.push(Device::flex());
+    let out: Vec<Device> = vec![
+        #[cfg(feature = "ndarray")]
+        #[allow(deprecated)]
+        Device::ndarray(),
+        #[cfg(feature = "flex")]
+        Device::flex(),
+    ];
     assert!(
         !out.is_empty(),
         "build the tests with a CPU backend feature (ndarray or flex)"
@@ -189,7 +190,10 @@ pub fn input(qkv: &[Tensor<4>], log_g: &Option<Tensor<3>>) -> HlaInput {
 
 /// Largest error seen per comparison, printed at the end of a test (`--nocapture`).
 #[derive(Default)]
-pub struct Worst(std::collections::BTreeMap<String, f64>);
+pub struct Worst {
+    errors: std::collections::BTreeMap<String, f64>,
+    checks: usize,
+}
 
 impl Worst {
     /// Records `rel_rms(got, want)` under `name` and fails above [`TOL`] with `context`.
@@ -205,13 +209,17 @@ impl Worst {
             err <= TOL,
             "{name}: relative RMS error {err:.3e} > {TOL:e} for {context:?}"
         );
-        let entry = self.0.entry(name.to_string()).or_insert(0.0);
+        let entry = self.errors.entry(name.to_string()).or_insert(0.0);
         *entry = entry.max(err);
+        self.checks += 1;
     }
 
     pub fn report(&self, title: &str) {
-        eprintln!("{title}: largest relative RMS error per comparison");
-        for (name, err) in &self.0 {
+        eprintln!(
+            "{title}: {} checks; largest relative RMS error per comparison",
+            self.checks
+        );
+        for (name, err) in &self.errors {
             eprintln!("  {name:<40} {err:.2e}");
         }
     }

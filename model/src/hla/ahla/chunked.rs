@@ -27,10 +27,10 @@ fn chunk_step(x: &HlaInput, state: State) -> (Tensor<4>, State) {
     let decay = Decay::over(log_g.as_ref());
     let kt = k.swap_dims(2, 3);
     let a_gamma = decay.mask(q.clone().matmul(kt.clone()), 1.0);
-    let b = decay.from_start(q.clone().matmul(state.p.clone()), 1.0)
+    let b = decay.since_start(q.clone().matmul(state.p.clone()), 1.0)
         + a_gamma.clone().matmul(v.clone());
-    let o = decay.from_start(q.matmul(state.e.clone()), 1.0) + a_gamma.matmul(b.clone());
-    let e = decay.across(state.e, 1.0) + kt.clone().matmul(decay.to_end(b, 1.0));
-    let p = decay.across(state.p, 1.0) + kt.matmul(decay.to_end(v, 1.0));
+    let o = decay.since_start(q.matmul(state.e.clone()), 1.0) + a_gamma.matmul(b.clone());
+    let e = decay.whole(state.e, 1.0) + kt.clone().matmul(decay.until_end(b, 1.0));
+    let p = decay.whole(state.p, 1.0) + kt.matmul(decay.until_end(v, 1.0));
     (o, State { p, e })
 }

@@ -17,7 +17,7 @@ pub fn step(token: &HlaInput, state: State) -> (Tensor<4>, State) {
     let g = Decay::over(token.log_g.as_ref());
     let (q, k, v) = (token.q.clone(), token.k.clone(), token.v.clone());
     let kt = k.swap_dims(2, 3);
-    let p = g.across(state.p, 1.0) + kt.clone().matmul(v);
-    let e = g.across(state.e, 1.0) + kt.matmul(q.clone().matmul(p.clone()));
+    let p = g.whole(state.p, 1.0) + kt.clone().matmul(v);
+    let e = g.whole(state.e, 1.0) + kt.matmul(q.clone().matmul(p.clone()));
     (q.matmul(e.clone()), State { p, e })
 }

@@ -16,8 +16,8 @@ pub fn recurrent(input: &HlaInput, state: State) -> (Tensor<4>, State) {
 pub fn step(token: &HlaInput, state: State) -> (Tensor<4>, State) {
     let g = Decay::over(token.log_g.as_ref());
     let (q, k, v) = (token.q.clone(), token.k.clone(), token.v.clone());
-    let s = g.across(state.s, 1.0) + k.clone().swap_dims(2, 3).matmul(k);
+    let s = g.whole(state.s, 1.0) + k.clone().swap_dims(2, 3).matmul(k);
     let s_q = s.clone().matmul(q.clone().swap_dims(2, 3));
-    let z = g.across(state.z, 2.0) + s_q.matmul(v);
+    let z = g.whole(state.z, 2.0) + s_q.matmul(v);
     (q.matmul(z.clone()), State { s, z })
 }

@@ -19,22 +19,22 @@ pub fn reference(input: &HlaInput, init: State) -> (Tensor<4>, State) {
         .clone()
         .matmul(init.s.clone())
         .matmul(q.clone().swap_dims(2, 3));
-    let t = decay.from_start(qsq, 1.0) + w_gamma.matmul(w.clone().swap_dims(2, 3));
-    let o = decay.from_start(q.clone().matmul(init.z.clone()), 2.0)
+    let t = decay.since_start(qsq, 1.0) + w_gamma.matmul(w.clone().swap_dims(2, 3));
+    let o = decay.since_start(q.clone().matmul(init.z.clone()), 2.0)
         + decay.mask(t, 1.0).matmul(v.clone());
 
     // The state after the sequence, from its definition:
     // S = ρ S₀ + Kᵀ diag(e) K,
     // Z = ρ² Z₀ + ρ S₀ Qᵀ diag(e) V + Kᵀ diag(e) ((K Qᵀ) ⊙ U) diag(e) V.
-    let ev = decay.to_end(v, 1.0);
-    let s = decay.across(init.s.clone(), 1.0)
+    let ev = decay.until_end(v, 1.0);
+    let s = decay.whole(init.s.clone(), 1.0)
         + k.clone()
             .swap_dims(2, 3)
-            .matmul(decay.to_end(k.clone(), 1.0));
+            .matmul(decay.until_end(k.clone(), 1.0));
     let carried = init.s.matmul(q.swap_dims(2, 3).matmul(ev.clone()));
     let within = k
         .swap_dims(2, 3)
-        .matmul(decay.to_end(w.swap_dims(2, 3).matmul(ev), 1.0));
-    let z = decay.across(init.z, 2.0) + decay.across(carried, 1.0) + within;
+        .matmul(decay.until_end(w.swap_dims(2, 3).matmul(ev), 1.0));
+    let z = decay.whole(init.z, 2.0) + decay.whole(carried, 1.0) + within;
     (o, State { s, z })
 }

@@ -18,9 +18,9 @@ pub fn step(token: &HlaInput, state: State) -> (Tensor<4>, State) {
     let g = Decay::over(token.log_g.as_ref());
     let (q, k, v) = (token.q.clone(), token.k.clone(), token.v.clone());
     let kt = k.clone().swap_dims(2, 3);
-    let s = g.across(state.s, 1.0) + kt.clone().matmul(k);
-    let p = g.across(state.p, 1.0) + kt.matmul(v);
+    let s = g.whole(state.s, 1.0) + kt.clone().matmul(k);
+    let p = g.whole(state.p, 1.0) + kt.matmul(v);
     let s_q = s.clone().matmul(q.clone().swap_dims(2, 3));
-    let y = g.across(state.y, 3.0) + s_q.matmul(q.clone().matmul(p.clone()));
+    let y = g.whole(state.y, 3.0) + s_q.matmul(q.clone().matmul(p.clone()));
     (q.matmul(y.clone()), State { s, p, y })
 }
