@@ -3,3 +3,4 @@
 
 pub mod compare;
 pub mod hla;
+pub mod lm;

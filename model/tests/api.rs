@@ -45,3 +45,35 @@ fn shape_mistakes_are_errors() {
         HlaError::Decay(1.5)
     );
 }
+
+/// State sizes per sequence (spec §10, §11): S is stored once per layer only when keys
+/// and gates are both shared; the denominator adds one value column.
+#[test]
+fn state_sizes_follow_the_spec() {
+    use hla_model::hla::{HlaState, Order, Output};
+    let device = &devices()[0];
+    let (h, d, dv) = (4, 8, 6);
+    let t = |heads: usize, last: usize| Tensor::<4>::zeros([1, heads, 3, last], device);
+    let gates = |heads: usize| Some(Tensor::<3>::zeros([1, heads, 3], device));
+    let size = |order, k_heads, g: Option<Tensor<3>>, output| {
+        let input = HlaInput::new(t(h, d), t(k_heads, d), t(h, dv), g).unwrap();
+        HlaState::zeros(order, &input, output).num_floats()
+    };
+    let raw = Output::Raw;
+    assert_eq!(size(Order::Second, h, None, raw), h * (d * d + d * dv));
+    assert_eq!(size(Order::Second, 1, None, raw), d * d + h * d * dv);
+    assert_eq!(size(Order::Second, 1, gates(1), raw), d * d + h * d * dv);
+    assert_eq!(size(Order::Second, 1, gates(h), raw), h * (d * d + d * dv));
+    let normalized = Output::Normalized { eps: 1e-6 };
+    assert_eq!(
+        size(Order::Second, h, None, normalized),
+        h * (d * d + d * (dv + 1))
+    );
+    assert_eq!(size(Order::First, 1, None, raw), h * d * dv);
+    assert_eq!(size(Order::Third, h, None, raw), h * (d * d + 2 * d * dv));
+    assert_eq!(size(Order::Asymmetric, h, None, raw), h * 2 * d * dv);
+    assert_eq!(
+        size(Order::Asymmetric, h, None, normalized),
+        h * 2 * d * (dv + 1)
+    );
+}

@@ -25,8 +25,8 @@ fn all_forms_match_float64_definitions() {
     let expected = fixture["expected"].as_object().expect("expected");
     assert_eq!(
         expected.len(),
-        12,
-        "3 operators × gates on/off × normalised on/off"
+        16,
+        "4 operators × gates on/off × normalised on/off"
     );
 
     for device in devices() {
@@ -43,6 +43,7 @@ fn all_forms_match_float64_definitions() {
         );
         for (key, values) in expected {
             let order = match key.split('_').next() {
+                Some("linear") => Order::First,
                 Some("hla2") => Order::Second,
                 Some("hla3") => Order::Third,
                 Some("ahla") => Order::Asymmetric,

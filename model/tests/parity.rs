@@ -7,7 +7,7 @@ use burn::prelude::*;
 use common::{Case, Gates, Worst, devices, input};
 use hla_model::hla::{Form, HlaState, Order, Output, forward};
 
-const ORDERS: [Order; 3] = [Order::Second, Order::Third, Order::Asymmetric];
+const ORDERS: [Order; 4] = [Order::First, Order::Second, Order::Third, Order::Asymmetric];
 const TIMES: [usize; 6] = [1, 2, 63, 64, 65, 257];
 const CHUNKS: [usize; 3] = [1, 16, 64];
 

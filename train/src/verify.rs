@@ -5,7 +5,9 @@ use anyhow::{Result, bail};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use hla_model::compare::relative_rms_error;
-use hla_model::hla::{Form, HlaInput, HlaState, Order, Output, fixed_log_gates, forward};
+use hla_model::hla::{
+    Form, HlaInput, HlaState, Order, Output, fixed_log_gates, forward, multi_scale_decay,
+};
 
 /// Largest relative RMS error allowed in f32.
 const TOLERANCE: f64 = 1e-4;
@@ -43,8 +45,7 @@ pub fn run(args: &Args) -> Result<()> {
     let device = crate::device::parse(&args.device)?;
     device.seed(args.seed);
     let (t, h, d) = (args.time as usize, args.heads as usize, args.dim as usize);
-    let gammas: Vec<f64> = (0..h).map(|i| 1.0 - 2f64.powi(-5 - i as i32)).collect();
-    let log_g = fixed_log_gates(&gammas, t, &device)?;
+    let log_g = fixed_log_gates(&multi_scale_decay(h), t, &device)?;
     let scale = 1.0 / (d as f64).sqrt();
     let normal =
         |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, scale), &device);
@@ -89,7 +90,7 @@ pub fn run(args: &Args) -> Result<()> {
 
 fn variants() -> Vec<Variant> {
     let mut out = Vec::new();
-    for order in [Order::Second, Order::Third, Order::Asymmetric] {
+    for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
         for decay in [false, true] {
             for output in [Output::Raw, Output::Normalized { eps: 1e-6 }] {
                 out.push(Variant {

@@ -102,6 +102,11 @@ impl HlaInput {
     }
 }
 
+/// RetNet's multi-scale decay, `γ_h = 1 − 2^(−5−h)` for heads `h = 0, 1, …`.
+pub fn multi_scale_decay(heads: usize) -> Vec<f64> {
+    (0..heads).map(|h| 1.0 - 2f64.powi(-5 - h as i32)).collect()
+}
+
 /// Log gates `[1, heads, time]` of a fixed decay `γ_h` per head.
 pub fn fixed_log_gates(
     gammas: &[f64],

@@ -1,9 +1,10 @@
 //! Higher-order Linear Attention (HLA), strictly causal ("masked"), per head.
 //!
-//! Three operators, each in three forms that compute the same numbers:
+//! Four operators, each in three forms that compute the same numbers:
 //!
 //! | operator | definition (spec) | state |
 //! |---|---|---|
+//! | [`first`] | `o_t = Σ_{j≤t} (q_t·k_j) v_j`, linear attention (§2.2), the baseline | `S` |
 //! | [`second`] | `o_t = Σ_{j≤t} Σ_{i≤j} (q_t·k_i)(q_j·k_i) v_j` (§3, §6) | `S, Z` |
 //! | [`third`] | `O = ((W Wᵀ) ⊙ L) W V`, the corrected kernel D1 (§8) | `S, P, Y` |
 //! | [`ahla`] | `O = ((A A) ⊙ L) V`, asymmetric (§7) | `P, E` |
@@ -29,6 +30,7 @@
 
 pub mod ahla;
 mod decay;
+pub mod first;
 mod input;
 mod normalize;
 pub mod second;
@@ -36,15 +38,17 @@ mod spans;
 mod state;
 pub mod third;
 
-pub use input::{HlaError, HlaInput, fixed_log_gates};
+pub use input::{HlaError, HlaInput, fixed_log_gates, multi_scale_decay};
 pub use normalize::{Output, sign_preserving_clamp};
 pub use state::HlaState;
 
 use burn::prelude::*;
 
-/// Which higher-order operator.
+/// Which operator.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum Order {
+    /// First order, causal linear attention (the baseline, spec §2.2).
+    First,
     /// Second order, the HLA of the paper (spec §3).
     Second,
     /// Third order, the corrected masked kernel (spec §8).
@@ -70,6 +74,10 @@ pub enum Form {
 /// Shapes: see [`HlaInput`]; output `[batch, heads, time, dv]`. With
 /// [`Output::Normalized`], the state carries the denominator as an extra value column;
 /// pass states only between calls with the same `output`.
+///
+/// # Panics
+///
+/// If `state` belongs to another order than `order`.
 pub fn forward(
     order: Order,
     form: Form,
@@ -80,6 +88,14 @@ pub fn forward(
     let state = state.unwrap_or_else(|| HlaState::zeros(order, &input, output));
     let input = output.augment(input);
     let (o, state) = match (order, state) {
+        (Order::First, HlaState::First(s)) => {
+            let (o, s) = match form {
+                Form::Reference => first::reference(&input, s),
+                Form::Recurrent => first::recurrent(&input, s),
+                Form::Chunked(c) => first::chunked(&input, s, c),
+            };
+            (o, HlaState::First(s))
+        }
         (Order::Second, HlaState::Second(s)) => {
             let (o, s) = match form {
                 Form::Reference => second::reference(&input, s),

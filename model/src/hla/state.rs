@@ -3,12 +3,13 @@
 
 use burn::prelude::*;
 
-use super::{HlaInput, Order, Output, ahla, second, third};
+use super::{HlaInput, Order, Output, ahla, first, second, third};
 
 /// The constant-size state carried between tokens and between calls.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one tensor handle apart; boxing would allocate per token
 pub enum HlaState {
+    First(first::State),
     Second(second::State),
     Third(third::State),
     Asymmetric(ahla::State),
@@ -25,6 +26,7 @@ impl HlaState {
         let zeros =
             |heads: usize, rows: usize, cols: usize| Tensor::zeros([b, heads, rows, cols], &device);
         match order {
+            Order::First => Self::First(first::State { s: zeros(h, d, dv) }),
             Order::Second => Self::Second(second::State {
                 s: zeros(sh, d, d),
                 z: zeros(h, d, dv),
@@ -44,6 +46,7 @@ impl HlaState {
     /// Which operator this state belongs to.
     pub fn order(&self) -> Order {
         match self {
+            Self::First(_) => Order::First,
             Self::Second(_) => Order::Second,
             Self::Third(_) => Order::Third,
             Self::Asymmetric(_) => Order::Asymmetric,
@@ -53,6 +56,7 @@ impl HlaState {
     /// Every tensor of the state, in the order of the spec's names.
     pub fn tensors(&self) -> Vec<Tensor<4>> {
         match self {
+            Self::First(s) => vec![s.s.clone()],
             Self::Second(s) => vec![s.s.clone(), s.z.clone()],
             Self::Third(s) => vec![s.s.clone(), s.p.clone(), s.y.clone()],
             Self::Asymmetric(s) => vec![s.p.clone(), s.e.clone()],
@@ -65,6 +69,7 @@ impl HlaState {
         let mut it = tensors.into_iter();
         let mut next = || it.next().expect("too few state tensors");
         match order {
+            Order::First => Self::First(first::State { s: next() }),
             Order::Second => Self::Second(second::State {
                 s: next(),
                 z: next(),

@@ -153,7 +153,7 @@ impl Case {
         let log_g = match self.gates {
             Gates::None => None,
             Gates::Fixed => {
-                let gammas: Vec<f64> = (0..h).map(|i| 1.0 - 2f64.powi(-5 - i as i32)).collect();
+                let gammas = hla_model::hla::multi_scale_decay(h);
                 Some(hla_model::hla::fixed_log_gates(&gammas, t, device).unwrap())
             }
             Gates::Data { lo } => {

@@ -2,7 +2,7 @@
 """Golden values for the HLA operators, computed in float64 from the definitions.
 
 The expected outputs come from explicit sums over index tuples (the definitions in
-shared/spec/hla-math.md §3, §6, §7, §8), not from any of the fast forms the Rust code
+shared/spec/hla-math.md §2.2, §3, §6, §7, §8), not from any of the fast forms the Rust code
 implements. The script also checks, in float64, the forms this project derives beyond
 the spec (see check_derived): the gated third-order kernel, the gated AHLA chunk step and
 the chunk step written with per-token inclusive quantities A (rows S_u q_u) and B (rows
@@ -22,6 +22,15 @@ EPS = 1e-3
 def w(lg, t, x):
     """w(t, x) = prod_{s=x+1..t} g_s."""
     return np.exp(np.sum(lg[x + 1:t + 1]))
+
+
+def linear_def(q, k, v, lg):
+    n = len(q)
+    o = np.zeros((n, v.shape[1]))
+    for t in range(n):
+        for j in range(t + 1):
+            o[t] += w(lg, t, j) * (q[t] @ k[j]) * v[j]
+    return o
 
 
 def hla2_def(q, k, v, lg):
@@ -161,7 +170,7 @@ def main():
     log_g = np.round(np.log(rng.uniform(0.6, 1.0, size=(B, H, T))), 4)
     zero = np.zeros(T)
     cases = {}
-    for name, defn in (('hla2', hla2_def), ('hla3', hla3_def), ('ahla', ahla_def)):
+    for name, defn in (('linear', linear_def), ('hla2', hla2_def), ('hla3', hla3_def), ('ahla', ahla_def)):
         for gated in (False, True):
             for norm in (False, True):
                 out = np.zeros((B, H, T, DV))

@@ -1,0 +1,290 @@
+//! The token mixer of a block: HLA (second, third order, asymmetric), first-order linear
+//! attention, or softmax attention, behind the same projections, short convolution and
+//! output path, so that only the mixing rule differs between them.
+
+use burn::module::Initializer;
+use burn::nn::{
+    Linear, LinearConfig, RmsNorm, RmsNormConfig, RotaryEncoding, RotaryEncodingConfig,
+};
+use burn::prelude::*;
+use burn::tensor::activation::{elu, log_sigmoid, silu};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+
+use super::conv::{ShortConv, ShortConvConfig};
+use super::{DecayKind, FeatureMap, LmConfig, MixerKind};
+use crate::hla::{
+    self, Form, HlaInput, HlaState, Order, Output, fixed_log_gates, multi_scale_decay,
+};
+
+/// Data-dependent gates are `log g = log σ(x) / GATE_TEMPERATURE`, which keeps them near 1
+/// at initialisation (as GLA does).
+const GATE_TEMPERATURE: f64 = 16.0;
+
+/// What a mixer carries from one call to the next (per layer).
+#[derive(Debug, Clone)]
+pub struct MixerState {
+    /// Inputs of the short convolution before the next token.
+    conv: Option<Tensor<3>>,
+    memory: Memory,
+}
+
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per layer, replaced whole at each call
+enum Memory {
+    /// HLA and linear attention: the constant-size state.
+    Recurrent(HlaState),
+    /// Softmax attention: keys (after RoPE) and values so far, `[batch, heads, time, d]`.
+    Cache { k: Tensor<4>, v: Tensor<4> },
+}
+
+/// Fixed per-layer settings (not parameters).
+#[derive(Debug, Clone)]
+struct Settings {
+    kind: MixerKind,
+    feature_map: FeatureMap,
+    decay: DecayKind,
+    heads: usize,
+    d_head: usize,
+    output: Output,
+}
+
+#[derive(Module, Debug)]
+pub struct Mixer {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    conv: Option<ShortConv>,
+    /// Data-dependent decay: one gate per head and token.
+    gate: Option<Linear>,
+    /// Per-head RMSNorm of the mixer output.
+    out_norm: Option<RmsNorm>,
+    out_gate: Option<Linear>,
+    out: Linear,
+    rope: Option<RotaryEncoding>,
+    #[module(skip)]
+    settings: Settings,
+}
+
+/// A bias-free linear layer with normal(0, std) weights.
+fn linear(d_in: usize, d_out: usize, std: f64, device: &Device) -> Linear {
+    LinearConfig::new(d_in, d_out)
+        .with_bias(false)
+        .with_initializer(Initializer::Normal { mean: 0.0, std })
+        .init(device)
+}
+
+impl Mixer {
+    pub fn new(config: &LmConfig, device: &Device) -> Self {
+        let (d, heads) = (config.d_model, config.n_heads);
+        let d_head = d / heads;
+        let kind = config.mixer;
+        let shared_keys = config.shared_keys && kind != MixerKind::Softmax;
+        let d_k = if shared_keys { d_head } else { d };
+        let std = config.init_std;
+        let gated = config.decay == DecayKind::Gated && kind != MixerKind::Softmax;
+        let channels = 2 * d + d_k;
+        Self {
+            q: linear(d, d, std, device),
+            k: linear(d, d_k, std, device),
+            v: linear(d, d, std, device),
+            conv: (config.short_conv > 0)
+                .then(|| ShortConvConfig::new(channels, config.short_conv).init(device)),
+            gate: gated.then(|| linear(d, heads, std, device)),
+            out_norm: (config.output_norm && kind != MixerKind::Softmax)
+                .then(|| RmsNormConfig::new(d_head).init(device)),
+            out_gate: config.output_gate.then(|| linear(d, d, std, device)),
+            out: linear(d, d, config.residual_std(), device),
+            rope: (kind == MixerKind::Softmax)
+                .then(|| RotaryEncodingConfig::new(config.max_seq_len, d_head).init(device)),
+            settings: Settings {
+                kind,
+                feature_map: config.feature_map.unwrap_or(match kind {
+                    MixerKind::Linear => FeatureMap::EluPlusOne,
+                    _ => FeatureMap::L2,
+                }),
+                decay: config.decay,
+                heads,
+                d_head,
+                output: if config.normalize {
+                    Output::Normalized { eps: 1e-6 }
+                } else {
+                    Output::Raw
+                },
+            },
+        }
+    }
+
+    /// `x [batch, time, d_model]` → `[batch, time, d_model]`, continuing from `state`
+    /// (empty when `None`). HLA and linear attention use `form`; softmax attention is
+    /// exact either way.
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        state: Option<MixerState>,
+        form: Form,
+    ) -> (Tensor<3>, MixerState) {
+        let (conv_history, memory) = match state {
+            Some(s) => (s.conv, Some(s.memory)),
+            None => (None, None),
+        };
+        let (q, k, v) = (
+            self.q.forward(x.clone()),
+            self.k.forward(x.clone()),
+            self.v.forward(x.clone()),
+        );
+        let ((q, k, v), conv) = match &self.conv {
+            None => ((q, k, v), None),
+            Some(conv) => {
+                let widths = [q.dims()[2], k.dims()[2], v.dims()[2]];
+                let (qkv, history) = conv.forward(Tensor::cat(vec![q, k, v], 2), conv_history);
+                (split3(qkv, widths), Some(history))
+            }
+        };
+        let (q, k, v) = (self.heads(q), self.heads(k), self.heads(v));
+        let (o, memory) = match self.settings.kind {
+            MixerKind::Softmax => self.attend(q, k, v, memory),
+            _ => self.recur(&x, q, k, v, memory, form),
+        };
+        let o = match &self.out_norm {
+            Some(norm) => norm.forward(o),
+            None => o,
+        };
+        let [b, h, t, dh] = o.dims();
+        let mut o = o.swap_dims(1, 2).reshape([b, t, h * dh]);
+        if let Some(gate) = &self.out_gate {
+            o = o * silu(gate.forward(x));
+        }
+        (self.out.forward(o), MixerState { conv, memory })
+    }
+
+    /// `[batch, time, heads·d_head]` → `[batch, heads, time, d_head]`.
+    fn heads(&self, x: Tensor<3>) -> Tensor<4> {
+        let [b, t, width] = x.dims();
+        let dh = self.settings.d_head;
+        x.reshape([b, t, width / dh, dh]).swap_dims(1, 2)
+    }
+
+    /// HLA or linear attention over the feature-mapped q, k.
+    fn recur(
+        &self,
+        x: &Tensor<3>,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        memory: Option<Memory>,
+        form: Form,
+    ) -> (Tensor<4>, Memory) {
+        let s = &self.settings;
+        let order = match s.kind {
+            MixerKind::Linear => Order::First,
+            MixerKind::Hla2 => Order::Second,
+            MixerKind::Hla3 => Order::Third,
+            MixerKind::Ahla => Order::Asymmetric,
+            MixerKind::Softmax => unreachable!("softmax attention has no recurrence"),
+        };
+        let (q, k) = s.feature_map.apply(q, k);
+        let time = q.dims()[2];
+        let log_g = match (&self.gate, s.decay) {
+            (Some(gate), _) => {
+                Some(log_sigmoid(gate.forward(x.clone())).swap_dims(1, 2) / GATE_TEMPERATURE)
+            }
+            (None, DecayKind::Fixed) => Some(
+                fixed_log_gates(&multi_scale_decay(s.heads), time, &q.device())
+                    .expect("γ in (0, 1)"),
+            ),
+            (None, _) => None,
+        };
+        let input = HlaInput::new(q, k, v, log_g).expect("the mixer builds consistent shapes");
+        let state = memory.map(|m| match m {
+            Memory::Recurrent(state) => state,
+            Memory::Cache { .. } => unreachable!("a KV cache passed to a recurrent mixer"),
+        });
+        let (o, state) = hla::forward(order, form, input, state, s.output);
+        (o, Memory::Recurrent(state))
+    }
+
+    /// Causal softmax attention with RoPE over the cached and new tokens.
+    fn attend(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        memory: Option<Memory>,
+    ) -> (Tensor<4>, Memory) {
+        let rope = self.rope.as_ref().expect("softmax mixers have RoPE");
+        let (past_k, past_v) = match memory {
+            None => (None, None),
+            Some(Memory::Cache { k, v }) => (Some(k), Some(v)),
+            Some(Memory::Recurrent(_)) => unreachable!("a recurrent state passed to softmax"),
+        };
+        let start = past_k.as_ref().map_or(0, |k| k.dims()[2]);
+        let (q, k) = (rope.apply(q, start), rope.apply(k, start));
+        let k = past_k.map_or(k.clone(), |past| Tensor::cat(vec![past, k], 2));
+        let v = past_v.map_or(v.clone(), |past| Tensor::cat(vec![past, v], 2));
+        let (time, total) = (q.dims()[2], k.dims()[2]);
+        let causal = AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: start == 0,
+        };
+        let mask = (start > 0).then(|| {
+            // Query i (absolute position start + i) sees keys 0..=start + i.
+            let [b, h, _, _] = q.dims();
+            Tensor::<2, Bool>::tril_mask([time, total], start as i64, &q.device())
+                .unsqueeze::<4>()
+                .expand([b, h, time, total])
+        });
+        let o = attention(q, k.clone(), v.clone(), mask, None, causal);
+        (o, Memory::Cache { k, v })
+    }
+
+    /// Floats per sequence this layer carries after `context` tokens (the KV cache of
+    /// softmax attention grows with it; the others do not).
+    pub fn state_size(&self, context: usize, device: &Device) -> usize {
+        let s = &self.settings;
+        let conv = self.conv.as_ref().map_or(0, ShortConv::state_size);
+        let width = s.heads * s.d_head;
+        let memory = match s.kind {
+            MixerKind::Softmax => 2 * width * context,
+            _ => {
+                let x = Tensor::zeros([1, 1, width], device);
+                let (_, state) = self.forward(x, None, Form::Recurrent);
+                match state.memory {
+                    Memory::Recurrent(state) => state.num_floats(),
+                    Memory::Cache { .. } => unreachable!(),
+                }
+            }
+        };
+        memory + conv
+    }
+}
+
+impl FeatureMap {
+    /// Applies the map to queries and keys `[batch, heads, time, d]`.
+    fn apply(self, q: Tensor<4>, k: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        match self {
+            Self::Identity => (q, k),
+            Self::L2 => (l2_normalize(q), l2_normalize(k)),
+            Self::Scale => {
+                let d = q.dims()[3] as f64;
+                (q / d.sqrt(), k)
+            }
+            Self::EluPlusOne => (elu(q, 1.0) + 1.0, elu(k, 1.0) + 1.0),
+        }
+    }
+}
+
+fn l2_normalize(x: Tensor<4>) -> Tensor<4> {
+    let norm = x.clone().square().sum_dim(3).sqrt().clamp_min(1e-6);
+    x / norm
+}
+
+fn split3(x: Tensor<3>, widths: [usize; 3]) -> (Tensor<3>, Tensor<3>, Tensor<3>) {
+    let [a, b, _] = widths;
+    (
+        x.clone().slice(s![.., .., ..a]),
+        x.clone().slice(s![.., .., a..a + b]),
+        x.slice(s![.., .., a + b..]),
+    )
+}

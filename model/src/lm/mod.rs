@@ -1,0 +1,306 @@
+//! The language model: token embedding, pre-norm blocks whose token mixer is chosen by
+//! the config (HLA, linear attention or softmax attention), final RMSNorm, output head.
+//!
+//! Three ways to run, on the same weights: [`Lm::forward`] (chunk-parallel, training),
+//! [`Lm::prefill`] (chunk-parallel over a prompt, keeping the state) and [`Lm::step`]
+//! (the serial recurrence, one token at a time; a KV cache for softmax attention).
+
+mod block;
+mod conv;
+mod mixer;
+
+pub use mixer::MixerState;
+
+use burn::module::Initializer;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm,
+    RmsNormConfig,
+};
+use burn::prelude::*;
+
+use crate::hla::Form;
+use block::Block;
+
+/// The token mixer of every block.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum MixerKind {
+    /// Second-order HLA.
+    Hla2,
+    /// Third-order HLA.
+    Hla3,
+    /// Asymmetric second-order HLA.
+    Ahla,
+    /// First-order linear attention.
+    Linear,
+    /// Causal softmax attention with RoPE.
+    Softmax,
+}
+
+/// The map applied to queries and keys before HLA or linear attention.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum FeatureMap {
+    /// Unit L2 norm per head (the HLA default).
+    L2,
+    /// Queries scaled by 1/√d.
+    Scale,
+    /// `elu(x) + 1` (the linear-attention default).
+    EluPlusOne,
+    /// Raw q and k, as the paper writes HLA.
+    Identity,
+}
+
+/// The decay of HLA and linear attention.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum DecayKind {
+    None,
+    /// Fixed multi-scale decay per head, `γ_h = 1 − 2^(−5−h)` (RetNet).
+    Fixed,
+    /// Data-dependent gate per head and token, `log g = log σ(W x) / 16`.
+    Gated,
+}
+
+/// A language-model configuration; the defaults are the recipe that trains best in
+/// `shared/reference/hla-training-notes.md` (L2 q/k, fixed multi-scale decay, short
+/// convolution, per-head output RMSNorm).
+#[derive(Config, Debug)]
+pub struct LmConfig {
+    pub vocab_size: usize,
+    #[config(default = 128)]
+    pub d_model: usize,
+    #[config(default = 4)]
+    pub n_layers: usize,
+    #[config(default = 4)]
+    pub n_heads: usize,
+    #[config(default = "MixerKind::Hla2")]
+    pub mixer: MixerKind,
+    /// `None`: the mixer's default (L2 for HLA, elu+1 for linear attention).
+    #[config(default = "None")]
+    pub feature_map: Option<FeatureMap>,
+    #[config(default = "DecayKind::Fixed")]
+    pub decay: DecayKind,
+    /// Kernel of the short causal convolution on q, k, v; 0 turns it off.
+    #[config(default = 4)]
+    pub short_conv: usize,
+    #[config(default = true)]
+    pub output_norm: bool,
+    #[config(default = false)]
+    pub output_gate: bool,
+    /// One key per layer shared by all heads (multi-query, spec §11).
+    #[config(default = false)]
+    pub shared_keys: bool,
+    /// Divide by the masked denominator (spec §3).
+    #[config(default = false)]
+    pub normalize: bool,
+    #[config(default = 64)]
+    pub chunk_size: usize,
+    /// Hidden width of the SwiGLU MLP; 0: 8/3 of d_model, rounded up to a multiple of 16.
+    #[config(default = 0)]
+    pub d_ff: usize,
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    #[config(default = true)]
+    pub tie_embeddings: bool,
+    /// Longest sequence of a softmax model (its RoPE table).
+    #[config(default = 4096)]
+    pub max_seq_len: usize,
+    /// Standard deviation of the initial weights (nanoGPT, fla: 0.02).
+    #[config(default = 0.02)]
+    pub init_std: f64,
+}
+
+/// A configuration that cannot build a model.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("{key} must be {requirement}, got {value}")]
+    Invalid {
+        key: &'static str,
+        requirement: &'static str,
+        value: String,
+    },
+}
+
+impl LmConfig {
+    /// Checks every value; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |key, requirement, value: &dyn std::fmt::Display| {
+            Err(ConfigError::Invalid {
+                key,
+                requirement,
+                value: value.to_string(),
+            })
+        };
+        if self.vocab_size == 0 {
+            return fail("vocab_size", "at least 1", &self.vocab_size);
+        }
+        if self.n_layers == 0 {
+            return fail("n_layers", "at least 1", &self.n_layers);
+        }
+        if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
+            return fail("n_heads", "a divisor of d_model", &self.n_heads);
+        }
+        if self.mixer == MixerKind::Softmax && !(self.d_model / self.n_heads).is_multiple_of(2) {
+            return fail(
+                "n_heads",
+                "such that the head dimension is even (RoPE)",
+                &self.n_heads,
+            );
+        }
+        if self.short_conv == 1 {
+            return fail(
+                "short_conv",
+                "0 (off) or a kernel of at least 2",
+                &self.short_conv,
+            );
+        }
+        if self.chunk_size == 0 {
+            return fail("chunk_size", "at least 1", &self.chunk_size);
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return fail("dropout", "in [0, 1)", &self.dropout);
+        }
+        if !(self.init_std.is_finite() && self.init_std > 0.0) {
+            return fail("init_std", "positive and finite", &self.init_std);
+        }
+        if self.max_seq_len == 0 {
+            return fail("max_seq_len", "at least 1", &self.max_seq_len);
+        }
+        Ok(())
+    }
+
+    /// Builds the model; call [`validate`](Self::validate) first on untrusted configs.
+    pub fn init(&self, device: &Device) -> Lm {
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: self.init_std,
+        };
+        Lm {
+            embedding: EmbeddingConfig::new(self.vocab_size, self.d_model)
+                .with_initializer(normal.clone())
+                .init(device),
+            blocks: (0..self.n_layers)
+                .map(|_| Block::new(self, device))
+                .collect(),
+            norm: RmsNormConfig::new(self.d_model).init(device),
+            head: (!self.tie_embeddings).then(|| {
+                LinearConfig::new(self.d_model, self.vocab_size)
+                    .with_bias(false)
+                    .with_initializer(normal)
+                    .init(device)
+            }),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            chunk_size: self.chunk_size,
+        }
+    }
+
+    /// The SwiGLU hidden width.
+    pub fn d_ff(&self) -> usize {
+        if self.d_ff > 0 {
+            self.d_ff
+        } else {
+            (8 * self.d_model).div_ceil(3).div_ceil(16) * 16
+        }
+    }
+
+    /// Initial std of the projections that write into the residual stream, scaled by
+    /// 1/√(2·n_layers) (GPT-2, nanoGPT).
+    pub fn residual_std(&self) -> f64 {
+        self.init_std / (2.0 * self.n_layers as f64).sqrt()
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct Lm {
+    embedding: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    /// `None`: tied to the embedding.
+    head: Option<Linear>,
+    dropout: Dropout,
+    chunk_size: usize,
+}
+
+/// The per-sequence state of every layer between [`Lm::prefill`] and [`Lm::step`] calls.
+#[derive(Debug, Clone)]
+pub struct LmState {
+    batch: usize,
+    layers: Vec<Option<MixerState>>,
+    position: usize,
+}
+
+impl LmState {
+    /// Tokens seen so far.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+}
+
+impl Lm {
+    /// `tokens [batch, time]` → logits `[batch, time, vocab]`, chunk-parallel (training).
+    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let mut state = self.init_state(tokens.dims()[0]);
+        self.run(tokens, &mut state, Form::Chunked(self.chunk_size))
+    }
+
+    /// An empty state (no token seen) for `batch` sequences.
+    pub fn init_state(&self, batch: usize) -> LmState {
+        LmState {
+            batch,
+            layers: vec![None; self.blocks.len()],
+            position: 0,
+        }
+    }
+
+    /// `tokens [batch, time]` → logits `[batch, time, vocab]`, chunk-parallel over a prompt,
+    /// continuing from and updating `state`.
+    pub fn prefill(&self, tokens: Tensor<2, Int>, state: &mut LmState) -> Tensor<3> {
+        self.run(tokens, state, Form::Chunked(self.chunk_size))
+    }
+
+    /// `tokens [batch]` → next-token logits `[batch, vocab]` with the serial recurrence,
+    /// updating `state`.
+    ///
+    /// # Panics
+    ///
+    /// If `state` was made for another batch size (as does [`prefill`](Self::prefill)).
+    pub fn step(&self, tokens: Tensor<1, Int>, state: &mut LmState) -> Tensor<2> {
+        let logits = self.run(tokens.unsqueeze_dim(1), state, Form::Recurrent);
+        logits.squeeze_dim(1)
+    }
+
+    /// Mean cross-entropy of `logits = forward(inputs)` against `targets [batch, time]`.
+    pub fn loss(&self, inputs: Tensor<2, Int>, targets: Tensor<2, Int>) -> Tensor<1> {
+        let logits = self.forward(inputs);
+        let [b, t, v] = logits.dims();
+        CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.reshape([b * t, v]), targets.reshape([b * t]))
+    }
+
+    /// Floats of recurrent state per sequence, per layer, after `context` tokens (constant
+    /// for HLA and linear attention; the KV cache of softmax attention grows).
+    pub fn state_size(&self, context: usize) -> usize {
+        let device = self.embedding.devices()[0].clone();
+        self.blocks[0].state_size(context, &device)
+    }
+
+    fn run(&self, tokens: Tensor<2, Int>, state: &mut LmState, form: Form) -> Tensor<3> {
+        let [batch, time] = tokens.dims();
+        assert_eq!(
+            batch, state.batch,
+            "the state was made for another batch size"
+        );
+        let mut x = self.dropout.forward(self.embedding.forward(tokens));
+        for (block, layer) in self.blocks.iter().zip(state.layers.iter_mut()) {
+            let (y, next) = block.forward(x, layer.take(), form);
+            x = y;
+            *layer = Some(next);
+        }
+        state.position += time;
+        let x = self.norm.forward(x);
+        match &self.head {
+            Some(head) => head.forward(x),
+            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),
+        }
+    }
+}
