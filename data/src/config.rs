@@ -1,0 +1,80 @@
+//! The `[data]` section of a run's config file.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::DataError;
+use crate::corpus;
+use crate::mqar::MqarConfig;
+use crate::prepared::{self, Prepared};
+use crate::tokenizer::TokenizerKind;
+
+/// Either a text corpus (`corpus`, `tokenizer`, `train_fraction`) or the MQAR task
+/// (`[data.mqar]`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// A named corpus (`tinyshakespeare`) or a file or directory of `*.txt` files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<String>,
+    #[serde(default)]
+    pub tokenizer: TokenizerKind,
+    /// Fraction of the tokens, from the start, used for training (nanoGPT: 0.9).
+    #[serde(default = "default_train_fraction")]
+    pub train_fraction: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mqar: Option<MqarConfig>,
+}
+
+fn default_train_fraction() -> f64 {
+    0.9
+}
+
+/// What the `[data]` section describes, checked.
+pub enum Task<'a> {
+    Text { corpus: &'a str },
+    Mqar(&'a MqarConfig),
+}
+
+impl DataConfig {
+    /// Checks every value; the error names the key.
+    pub fn task(&self) -> Result<Task<'_>, DataError> {
+        if !(self.train_fraction > 0.0 && self.train_fraction < 1.0) {
+            return Err(DataError::Invalid {
+                key: "data.train_fraction",
+                requirement: "strictly between 0 and 1".into(),
+                value: self.train_fraction.to_string(),
+            });
+        }
+        match (&self.corpus, &self.mqar) {
+            (Some(corpus), None) => Ok(Task::Text { corpus }),
+            (None, Some(mqar)) => {
+                mqar.validate()?;
+                Ok(Task::Mqar(mqar))
+            }
+            (corpus, _) => Err(DataError::Invalid {
+                key: "data.corpus",
+                requirement: "given for a text task, or replaced by a [data.mqar] table".into(),
+                value: if corpus.is_some() {
+                    "both".into()
+                } else {
+                    "neither".into()
+                },
+            }),
+        }
+    }
+
+    /// Resolves the corpus and prepares it under `data_dir` (re-using an earlier
+    /// preparation of the same bytes). Returns the prepared corpus and whether it was
+    /// re-used.
+    pub fn prepare_text(
+        &self,
+        corpus: &str,
+        data_dir: &Path,
+    ) -> Result<(Prepared, bool), DataError> {
+        let source: PathBuf = corpus::resolve(corpus, data_dir)?;
+        let dir = prepared::prepared_dir(data_dir, &source, self.tokenizer);
+        prepared::prepare(&source, self.tokenizer, self.train_fraction, &dir)
+    }
+}

@@ -1,0 +1,60 @@
+use std::path::PathBuf;
+
+/// Everything that can go wrong with data; each says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}: no such file or directory")]
+    MissingPath(PathBuf),
+    #[error("the corpus {0} is empty")]
+    EmptyCorpus(String),
+    #[error("{path} is not valid UTF-8 (byte {offset}); use the byte tokenizer for binary data")]
+    InvalidUtf8 { path: PathBuf, offset: usize },
+    #[error(
+        "the {split} split has {got} tokens, fewer than the {needed} one window needs (context + 1)"
+    )]
+    TooShort {
+        split: &'static str,
+        needed: usize,
+        got: usize,
+    },
+    #[error("the character {0:?} is not in the vocabulary of this model")]
+    UnknownChar(char),
+    #[error("token {0} is outside the vocabulary")]
+    UnknownToken(u32),
+    #[error(
+        "the corpus {name} is not in {dir} and could not be downloaded ({reason}); \
+         put the file there as {file}, or set HLA_DATA_DIR to the folder that holds it"
+    )]
+    Unavailable {
+        name: String,
+        dir: PathBuf,
+        file: String,
+        reason: String,
+    },
+    #[error("download of {url} has sha256 {got}, expected {expected}")]
+    Checksum {
+        url: String,
+        expected: String,
+        got: String,
+    },
+    #[error("{path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{key} must be {requirement}, got {value}")]
+    Invalid {
+        key: &'static str,
+        requirement: String,
+        value: String,
+    },
+}
+
+impl DataError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io { path, source }
+    }
+}

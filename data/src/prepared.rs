@@ -1,0 +1,210 @@
+//! A corpus tokenized once into a flat token file (u16 when the vocabulary fits, else u32,
+//! little-endian) with its metadata and tokenizer, read back through a memory map so that
+//! corpora larger than memory work.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use serde::{Deserialize, Serialize};
+
+use crate::DataError;
+use crate::corpus;
+use crate::tokenizer::{Tokenizer, TokenizerKind};
+
+pub const TOKENS_FILE: &str = "tokens.bin";
+pub const META_FILE: &str = "meta.json";
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+/// What `meta.json` records about a prepared corpus.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Meta {
+    pub tokenizer: TokenizerKind,
+    pub vocab_size: usize,
+    pub source: String,
+    pub source_sha256: String,
+    /// Bytes per token: 2 (u16) or 4 (u32).
+    pub token_bytes: usize,
+    pub tokens: usize,
+    pub train_fraction: f64,
+    pub train_tokens: usize,
+    pub valid_tokens: usize,
+}
+
+/// A prepared corpus: its metadata, tokenizer and memory-mapped tokens.
+pub struct Prepared {
+    pub dir: PathBuf,
+    pub meta: Meta,
+    pub tokenizer: Tokenizer,
+    pub tokens: TokenFile,
+}
+
+impl Prepared {
+    /// Token positions of the training split (the first `train_fraction`, as nanoGPT).
+    pub fn train_range(&self) -> Range<usize> {
+        0..self.meta.train_tokens
+    }
+
+    /// Token positions of the validation split (the rest).
+    pub fn valid_range(&self) -> Range<usize> {
+        self.meta.train_tokens..self.meta.tokens
+    }
+}
+
+/// The folder of `source` prepared with `kind` under `data_dir`.
+pub fn prepared_dir(data_dir: &Path, source: &Path, kind: TokenizerKind) -> PathBuf {
+    let stem = source
+        .file_stem()
+        .map_or("corpus".into(), |s| s.to_string_lossy().into_owned());
+    data_dir.join("prepared").join(format!("{stem}-{kind}"))
+}
+
+/// Tokenizes `source` into `dir`, or re-uses what is there when it was prepared from the
+/// same bytes with the same settings. Returns the prepared corpus and whether it was
+/// re-used.
+pub fn prepare(
+    source: &Path,
+    kind: TokenizerKind,
+    train_fraction: f64,
+    dir: &Path,
+) -> Result<(Prepared, bool), DataError> {
+    let bytes = corpus::read_bytes(source)?;
+    let sha = corpus::sha256(&bytes);
+    if let Ok(existing) = open(dir)
+        && existing.meta.source_sha256 == sha
+        && existing.meta.tokenizer == kind
+        && existing.meta.train_fraction == train_fraction
+    {
+        return Ok((existing, true));
+    }
+    let (tokenizer, tokens) = match kind {
+        TokenizerKind::Byte => (
+            Tokenizer::Byte,
+            bytes.iter().map(|&b| u32::from(b)).collect(),
+        ),
+        _ => {
+            let text = corpus::utf8(bytes, source)?;
+            let tokenizer = Tokenizer::build(kind, &text);
+            let tokens = tokenizer.encode(&text)?;
+            (tokenizer, tokens)
+        }
+    };
+    write(dir, source, &sha, tokenizer, &tokens, train_fraction)?;
+    Ok((open(dir)?, false))
+}
+
+fn write(
+    dir: &Path,
+    source: &Path,
+    sha: &str,
+    tokenizer: Tokenizer,
+    tokens: &[u32],
+    train_fraction: f64,
+) -> Result<(), DataError> {
+    std::fs::create_dir_all(dir).map_err(DataError::io(dir))?;
+    let vocab_size = tokenizer.vocab_size();
+    let token_bytes = if vocab_size <= 1 << 16 { 2 } else { 4 };
+    let mut raw = Vec::with_capacity(tokens.len() * token_bytes);
+    for &t in tokens {
+        match token_bytes {
+            2 => raw.extend((t as u16).to_le_bytes()),
+            _ => raw.extend(t.to_le_bytes()),
+        }
+    }
+    let train_tokens = (tokens.len() as f64 * train_fraction) as usize;
+    let meta = Meta {
+        tokenizer: tokenizer.kind(),
+        vocab_size,
+        source: source.display().to_string(),
+        source_sha256: sha.into(),
+        token_bytes,
+        tokens: tokens.len(),
+        train_fraction,
+        train_tokens,
+        valid_tokens: tokens.len() - train_tokens,
+    };
+    write_atomic(&dir.join(TOKENS_FILE), &raw)?;
+    tokenizer.save(&dir.join(TOKENIZER_FILE))?;
+    // The metadata goes last: its presence marks a complete preparation.
+    let json = serde_json::to_string_pretty(&meta).expect("serialisable");
+    write_atomic(&dir.join(META_FILE), json.as_bytes())
+}
+
+/// Writes through a temporary file and a rename, so a reader never sees half a file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(DataError::io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(DataError::io(path))
+}
+
+/// Opens a prepared corpus.
+pub fn open(dir: &Path) -> Result<Prepared, DataError> {
+    let meta_path = dir.join(META_FILE);
+    let text = std::fs::read_to_string(&meta_path).map_err(DataError::io(&meta_path))?;
+    let meta: Meta = serde_json::from_str(&text).map_err(|e| DataError::Corrupt {
+        path: meta_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let tokenizer = Tokenizer::load(&dir.join(TOKENIZER_FILE))?;
+    let tokens = TokenFile::open(&dir.join(TOKENS_FILE), meta.token_bytes)?;
+    if tokens.len() != meta.tokens {
+        return Err(DataError::Corrupt {
+            path: dir.join(TOKENS_FILE),
+            reason: format!("{} tokens, the metadata says {}", tokens.len(), meta.tokens),
+        });
+    }
+    Ok(Prepared {
+        dir: dir.into(),
+        meta,
+        tokenizer,
+        tokens,
+    })
+}
+
+/// Tokens in a memory-mapped file.
+pub struct TokenFile {
+    map: Mmap,
+    token_bytes: usize,
+}
+
+impl TokenFile {
+    pub fn open(path: &Path, token_bytes: usize) -> Result<Self, DataError> {
+        let file = std::fs::File::open(path).map_err(DataError::io(path))?;
+        // SAFETY: the file is only read, and this project writes token files by rename,
+        // never in place.
+        let map = unsafe { Mmap::map(&file) }.map_err(DataError::io(path))?;
+        if !matches!(token_bytes, 2 | 4) || map.len() % token_bytes != 0 {
+            return Err(DataError::Corrupt {
+                path: path.into(),
+                reason: format!(
+                    "{} bytes is not a whole number of {token_bytes}-byte tokens",
+                    map.len()
+                ),
+            });
+        }
+        Ok(Self { map, token_bytes })
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len() / self.token_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tokens at `range`.
+    pub fn read(&self, range: Range<usize>) -> Vec<u32> {
+        let bytes = &self.map[range.start * self.token_bytes..range.end * self.token_bytes];
+        match self.token_bytes {
+            2 => bytes
+                .chunks_exact(2)
+                .map(|b| u32::from(u16::from_le_bytes([b[0], b[1]])))
+                .collect(),
+            _ => bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        }
+    }
+}

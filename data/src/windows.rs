@@ -1,0 +1,128 @@
+//! Burn datasets of language-modelling windows over a token split.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use burn::data::dataset::{Dataset, DatasetError};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::DataError;
+use crate::prepared::TokenFile;
+
+/// One training example: `targets[i]` is the token after `inputs[i]`, scored where
+/// `mask[i]` is true.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LmItem {
+    pub inputs: Vec<u32>,
+    pub targets: Vec<u32>,
+    pub mask: Vec<bool>,
+}
+
+impl LmItem {
+    /// Inputs and next-token targets of a run of `context + 1` tokens, all scored.
+    fn shifted(tokens: Vec<u32>) -> Self {
+        let n = tokens.len() - 1;
+        Self {
+            inputs: tokens[..n].to_vec(),
+            targets: tokens[1..].to_vec(),
+            mask: vec![true; n],
+        }
+    }
+}
+
+/// Random windows of `context + 1` tokens (nanoGPT's `get_batch`): window `i` starts at a
+/// position drawn from a generator seeded with `(seed, i)`, so the data does not depend on
+/// the order or the thread it is read in. An epoch is `windows` windows.
+pub struct RandomWindows {
+    tokens: Arc<TokenFile>,
+    split: Range<usize>,
+    context: usize,
+    windows: usize,
+    seed: u64,
+}
+
+impl RandomWindows {
+    pub fn new(
+        tokens: Arc<TokenFile>,
+        split: Range<usize>,
+        context: usize,
+        windows: usize,
+        seed: u64,
+    ) -> Result<Self, DataError> {
+        check_length("training", &split, context)?;
+        Ok(Self {
+            tokens,
+            split,
+            context,
+            windows,
+            seed,
+        })
+    }
+}
+
+impl Dataset<LmItem> for RandomWindows {
+    fn get(&self, index: usize) -> Result<LmItem, DatasetError> {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(index as u64);
+        let last_start = self.split.end - self.context - 1;
+        let start = rng.random_range(self.split.start..=last_start);
+        Ok(LmItem::shifted(
+            self.tokens.read(start..start + self.context + 1),
+        ))
+    }
+
+    fn len(&self) -> usize {
+        self.windows
+    }
+}
+
+/// Consecutive, non-overlapping windows that cover a split once (a full validation pass);
+/// the last may be shorter.
+pub struct FullPass {
+    tokens: Arc<TokenFile>,
+    split: Range<usize>,
+    context: usize,
+}
+
+impl FullPass {
+    pub fn new(
+        tokens: Arc<TokenFile>,
+        split: Range<usize>,
+        context: usize,
+    ) -> Result<Self, DataError> {
+        check_length("validation", &split, context)?;
+        Ok(Self {
+            tokens,
+            split,
+            context,
+        })
+    }
+}
+
+impl Dataset<LmItem> for FullPass {
+    fn get(&self, index: usize) -> Result<LmItem, DatasetError> {
+        let start = self.split.start + index * self.context;
+        let end = (start + self.context + 1).min(self.split.end);
+        Ok(LmItem::shifted(self.tokens.read(start..end)))
+    }
+
+    fn len(&self) -> usize {
+        (self.split.len() - 1).div_ceil(self.context)
+    }
+}
+
+fn check_length(
+    split: &'static str,
+    range: &Range<usize>,
+    context: usize,
+) -> Result<(), DataError> {
+    if range.len() < context + 1 {
+        return Err(DataError::TooShort {
+            split,
+            needed: context + 1,
+            got: range.len(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! Tokenizers, corpora, prepared token files and the windows read from them.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burn::data::dataset::Dataset;
+use hla_data::DataError;
+use hla_data::corpus::{self, NamedCorpus};
+use hla_data::prepared::{self, TokenFile};
+use hla_data::tokenizer::{Tokenizer, TokenizerKind};
+use hla_data::windows::{FullPass, RandomWindows};
+
+const TEXT: &str =
+    "First Citizen:\nBefore we proceed any further, hear me speak.\nÀ bientôt, ünïcode — ok?\n";
+
+#[test]
+fn tokenizers_round_trip() {
+    for kind in [
+        TokenizerKind::Char,
+        TokenizerKind::Byte,
+        TokenizerKind::Gpt2,
+    ] {
+        let tokenizer = Tokenizer::build(kind, TEXT);
+        let tokens = tokenizer.encode(TEXT).unwrap();
+        assert_eq!(tokenizer.decode(&tokens).unwrap(), TEXT, "{kind}");
+        assert!(
+            tokens
+                .iter()
+                .all(|&t| (t as usize) < tokenizer.vocab_size())
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        tokenizer.save(&path).unwrap();
+        let loaded = Tokenizer::load(&path).unwrap();
+        assert_eq!(
+            loaded.encode(TEXT).unwrap(),
+            tokens,
+            "{kind} after save and load"
+        );
+    }
+    let chars = Tokenizer::build(TokenizerKind::Char, "banana");
+    assert_eq!(chars.vocab_size(), 3);
+    assert_eq!(
+        chars.encode("nab").unwrap(),
+        vec![2, 0, 1],
+        "sorted characters"
+    );
+    assert!(matches!(
+        chars.encode("band"),
+        Err(DataError::UnknownChar('d'))
+    ));
+    assert_eq!(
+        Tokenizer::build(TokenizerKind::Gpt2, "").vocab_size(),
+        50257
+    );
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn directories_are_read_recursively_in_path_order() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "b.txt", b"second ");
+    write(dir.path(), "a/deep.txt", b"first ");
+    write(dir.path(), "c/skip.md", b"not text");
+    assert_eq!(corpus::read_text(dir.path()).unwrap(), "first second ");
+}
+
+#[test]
+fn bad_corpora_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(dir.path(), "empty.txt", b"");
+    assert!(matches!(
+        corpus::read_text(&empty),
+        Err(DataError::EmptyCorpus(_))
+    ));
+    let binary = write(dir.path(), "bin.txt", &[b'o', b'k', 0xff, 0xfe]);
+    let err = prepared::prepare(&binary, TokenizerKind::Char, 0.9, &dir.path().join("p"))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, DataError::InvalidUtf8 { offset: 2, .. }),
+        "{err}"
+    );
+    assert!(prepared::prepare(&binary, TokenizerKind::Byte, 0.9, &dir.path().join("p")).is_ok());
+    let missing = dir.path().join("nope.txt");
+    assert!(matches!(
+        corpus::resolve(missing.to_str().unwrap(), dir.path()),
+        Err(DataError::MissingPath(_))
+    ));
+
+    let short = write(dir.path(), "short.txt", b"abcdefghij");
+    let (p, _) =
+        prepared::prepare(&short, TokenizerKind::Char, 0.5, &dir.path().join("s")).unwrap();
+    let tokens = Arc::new(p.tokens);
+    let err = RandomWindows::new(tokens.clone(), p.meta.train_tokens..p.meta.tokens, 5, 10, 0)
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "the training split has 5 tokens, fewer than the 6 one window needs (context + 1)"
+    );
+    assert!(FullPass::new(tokens, 0..5, 4).is_ok());
+}
+
+#[test]
+fn prepared_tokens_are_the_encoded_corpus_and_are_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = write(dir.path(), "corpus.txt", TEXT.repeat(5).as_bytes());
+    let out = prepared::prepared_dir(dir.path(), &source, TokenizerKind::Char);
+    let (p, reused) = prepared::prepare(&source, TokenizerKind::Char, 0.9, &out).unwrap();
+    assert!(!reused);
+    let expected = p.tokenizer.encode(&TEXT.repeat(5)).unwrap();
+    assert_eq!(p.tokens.read(0..p.tokens.len()), expected);
+    assert_eq!(p.meta.token_bytes, 2);
+    assert_eq!(p.meta.train_tokens, (expected.len() as f64 * 0.9) as usize);
+    assert_eq!(
+        p.train_range().len() + p.valid_range().len(),
+        expected.len()
+    );
+    assert_eq!(
+        p.meta.source_sha256,
+        corpus::sha256(TEXT.repeat(5).as_bytes())
+    );
+
+    let (again, reused) = prepared::prepare(&source, TokenizerKind::Char, 0.9, &out).unwrap();
+    assert!(reused, "same source, same settings");
+    assert_eq!(again.meta, p.meta);
+    std::fs::write(&source, TEXT.repeat(6)).unwrap();
+    let (changed, reused) = prepared::prepare(&source, TokenizerKind::Char, 0.9, &out).unwrap();
+    assert!(!reused, "the source changed");
+    assert_eq!(changed.tokens.len(), TEXT.chars().count() * 6);
+}
+
+#[test]
+fn token_files_of_u32_tokens_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens: Vec<u32> = vec![0, 70_000, 5, u32::MAX];
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let path = write(dir.path(), "t.bin", &bytes);
+    let file = TokenFile::open(&path, 4).unwrap();
+    assert_eq!(file.read(1..4), tokens[1..].to_vec());
+    let odd = write(dir.path(), "odd.bin", &bytes[..7]);
+    assert!(matches!(
+        TokenFile::open(&odd, 4),
+        Err(DataError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn windows_are_the_raw_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = write(dir.path(), "c.txt", TEXT.repeat(20).as_bytes());
+    let (p, _) =
+        prepared::prepare(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
+    let raw = TEXT.repeat(20).into_bytes();
+    let (train, valid) = (p.train_range(), p.valid_range());
+    let tokens = Arc::new(p.tokens);
+
+    let windows = RandomWindows::new(tokens.clone(), train.clone(), 16, 50, 7).unwrap();
+    assert_eq!(windows.len(), 50);
+    for i in 0..50 {
+        let item = windows.get(i).unwrap();
+        assert_eq!(
+            item,
+            windows.get(i).unwrap(),
+            "the same index gives the same window"
+        );
+        let start = (train.start..train.end - 16)
+            .find(|&s| {
+                raw[s..s + 16]
+                    .iter()
+                    .map(|&b| u32::from(b))
+                    .eq(item.inputs.iter().copied())
+            })
+            .expect("a window of the corpus");
+        let targets: Vec<u32> = raw[start + 1..start + 17]
+            .iter()
+            .map(|&b| b.into())
+            .collect();
+        assert_eq!(item.targets, targets);
+        assert!(start + 17 <= train.end, "inside the training split");
+    }
+    let other = RandomWindows::new(tokens.clone(), train, 16, 50, 8).unwrap();
+    assert!(
+        (0..50).any(|i| other.get(i).unwrap() != windows.get(i).unwrap()),
+        "seeds differ"
+    );
+
+    let pass = FullPass::new(tokens, valid.clone(), 16).unwrap();
+    let inputs: Vec<u32> = (0..pass.len())
+        .flat_map(|i| pass.get(i).unwrap().inputs)
+        .collect();
+    let expected: Vec<u32> = raw[valid.start..valid.end - 1]
+        .iter()
+        .map(|&b| b.into())
+        .collect();
+    assert_eq!(
+        inputs, expected,
+        "a full pass scores every validation token once"
+    );
+}
+
+/// nanoGPT's shakespeare_char numbers, from the shared copy of the corpus.
+#[test]
+fn tinyshakespeare_split_matches_nanogpt() {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
+    if !shared.join("tinyshakespeare.txt").exists() {
+        eprintln!("skipped: {} has no tinyshakespeare.txt", shared.display());
+        return;
+    }
+    let source = corpus::resolve("tinyshakespeare", &shared).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let (p, _) = prepared::prepare(&source, TokenizerKind::Char, 0.9, out.path()).unwrap();
+    assert_eq!(p.meta.vocab_size, 65);
+    assert_eq!(p.meta.source_sha256, corpus::TINYSHAKESPEARE.sha256);
+    assert_eq!(
+        (p.meta.train_tokens, p.meta.valid_tokens),
+        (1_003_854, 111_540)
+    );
+}
+
+/// Serves `body` once over HTTP on a loopback port; returns the URL.
+fn serve_once(body: Vec<u8>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(&body).unwrap();
+    });
+    format!("http://127.0.0.1:{port}/corpus.txt")
+}
+
+#[test]
+fn named_corpora_download_once_with_a_checksum() {
+    let body = TEXT.repeat(100).into_bytes();
+    let sha: &'static str = Box::leak(corpus::sha256(&body).into_boxed_str());
+    let named = NamedCorpus {
+        name: "tiny",
+        file: "tiny.txt",
+        url: "unused",
+        sha256: sha,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = corpus::fetch(&named, dir.path(), &serve_once(body.clone())).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), body);
+    // Present now: no second download (a request would find no server).
+    assert_eq!(
+        corpus::fetch(&named, dir.path(), "http://127.0.0.1:9/none").unwrap(),
+        path
+    );
+
+    let wrong = NamedCorpus {
+        sha256: "00",
+        file: "wrong.txt",
+        ..named
+    };
+    let err = corpus::fetch(&wrong, dir.path(), &serve_once(body))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sha256") && err.contains("HLA_DATA_DIR"),
+        "{err}"
+    );
+    assert!(!dir.path().join("wrong.txt").exists() && !dir.path().join("wrong.part").exists());
+}
