@@ -6,6 +6,17 @@ use burn::prelude::*;
 /// Device names this build understands, whether compiled in or not.
 pub const NAMES: [&str; 3] = ["ndarray", "flex", "wgpu"];
 
+/// The first CPU device compiled in: ndarray, else flex (else wgpu).
+pub fn default_name() -> &'static str {
+    if cfg!(feature = "ndarray") {
+        "ndarray"
+    } else if cfg!(feature = "flex") {
+        "flex"
+    } else {
+        "wgpu"
+    }
+}
+
 /// The device called `name`, if its backend was compiled in.
 pub fn parse(name: &str) -> Result<Device> {
     match name {

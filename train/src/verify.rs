@@ -15,7 +15,7 @@ const TOLERANCE: f64 = 1e-4;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Compute device: ndarray, flex or wgpu (if compiled in).
-    #[arg(long, default_value = "ndarray")]
+    #[arg(long, default_value = crate::device::default_name())]
     device: String,
     /// Sequence length.
     #[arg(long, default_value_t = 257, value_parser = clap::value_parser!(u32).range(1..))]

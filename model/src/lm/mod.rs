@@ -60,6 +60,36 @@ pub enum DecayKind {
     Gated,
 }
 
+/// `name()` and `FromStr` by the lowercase names config files use.
+macro_rules! names {
+    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every name, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
+
+            /// The name in config files.
+            pub fn name(&self) -> &'static str {
+                match self { $(Self::$variant => $name),+ }
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($name => Ok(Self::$variant),)+
+                    _ => Err(format!("{s:?} is not one of {}", Self::NAMES.join(", "))),
+                }
+            }
+        }
+    };
+}
+
+names!(MixerKind { Hla2 => "hla2", Hla3 => "hla3", Ahla => "ahla", Linear => "linear", Softmax => "softmax" });
+names!(FeatureMap { L2 => "l2", Scale => "scale", EluPlusOne => "elu_plus_one", Identity => "identity" });
+names!(DecayKind { None => "none", Fixed => "fixed", Gated => "gated" });
+
 /// A language-model configuration; the defaults are the recipe that trains best in
 /// `shared/reference/hla-training-notes.md` (L2 q/k, fixed multi-scale decay, short
 /// convolution, per-head output RMSNorm).
