@@ -258,3 +258,36 @@ fn invalid_configs_name_the_key() {
     }
     assert!(tiny(MixerKind::Hla2).validate().is_ok());
 }
+
+/// The defaults train stably at T = 1024: a few AdamW steps on a repeating text lower the
+/// loss and keep every value finite.
+#[test]
+fn defaults_train_stably_at_1024_tokens() {
+    let device = devices()[0].clone().autodiff();
+    let period: Vec<i64> = (0..37).map(|i| (i * 7 % 65) as i64).collect();
+    let stream: Vec<i64> = period.iter().cycle().take(1025).copied().collect();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(stream, [1, 1025]), &device);
+    let (inputs, targets) = (
+        ids.clone().slice(s![.., 0..1024]),
+        ids.slice(s![.., 1..1025]),
+    );
+    for mixer in [MixerKind::Hla2, MixerKind::Hla3, MixerKind::Ahla] {
+        let mut model = LmConfig::new(65).with_mixer(mixer).init(&device);
+        let mut optim = AdamWConfig::new().with_weight_decay(0.1).init();
+        let mut losses = Vec::new();
+        for _ in 0..6 {
+            let loss = model.loss(inputs.clone(), targets.clone());
+            losses.push(loss.clone().into_scalar::<f32>());
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(3e-3, model, grads);
+        }
+        assert!(
+            losses.iter().all(|l| l.is_finite()),
+            "{mixer:?}: {losses:?}"
+        );
+        assert!(
+            losses[5] < losses[0] - 0.5,
+            "{mixer:?}: the loss did not fall: {losses:?}"
+        );
+    }
+}
