@@ -77,6 +77,42 @@ impl Dataset<LmItem> for RandomWindows {
     }
 }
 
+/// Every window of `context + 1` tokens in a split, window `i` starting at token `i`: the
+/// population that training samples from (with replacement, like nanoGPT).
+pub struct AllWindows {
+    tokens: Arc<TokenFile>,
+    split: Range<usize>,
+    context: usize,
+}
+
+impl AllWindows {
+    pub fn new(
+        tokens: Arc<TokenFile>,
+        split: Range<usize>,
+        context: usize,
+    ) -> Result<Self, DataError> {
+        check_length("training", &split, context)?;
+        Ok(Self {
+            tokens,
+            split,
+            context,
+        })
+    }
+}
+
+impl Dataset<LmItem> for AllWindows {
+    fn get(&self, index: usize) -> Result<LmItem, DatasetError> {
+        let start = self.split.start + index;
+        Ok(LmItem::shifted(
+            self.tokens.read(start..start + self.context + 1),
+        ))
+    }
+
+    fn len(&self) -> usize {
+        self.split.len() - self.context
+    }
+}
+
 /// Consecutive, non-overlapping windows that cover a split once (a full validation pass);
 /// the last may be shorter.
 pub struct FullPass {

@@ -1,9 +1,17 @@
 //! `hla`: train, evaluate and verify Higher-order Linear Attention models.
 
 mod config;
+mod data;
 mod device;
+mod eval;
+mod export;
+mod generate;
 mod info;
 mod prepare;
+mod renderer;
+mod run_dir;
+mod train;
+mod trainee;
 mod verify;
 
 use std::process::ExitCode;
@@ -23,6 +31,16 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Train a model from a config file (burn-train), with checkpoints and resume.
+    Train(train::Args),
+    /// Validation loss, perplexity (and MQAR accuracy) of a trained run over the whole
+    /// validation split.
+    Eval(eval::Args),
+    /// Prefill a prompt with the chunked form, then stream tokens from the recurrent state.
+    Generate(generate::Args),
+    /// Export a trained run: weights (safetensors or burnpack), config.json, tokenizer and
+    /// a manifest of parameter names and shapes.
+    Export(export::Args),
     /// Check that the reference, recurrent and chunked forms of every HLA operator agree
     /// on a device (outputs and final states), and print the errors.
     Verify(verify::Args),
@@ -36,6 +54,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Train(args) => train::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::Export(args) => export::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Info(args) => info::run(args),

@@ -18,6 +18,7 @@ use burn::nn::{
     RmsNormConfig,
 };
 use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
 
 use crate::hla::Form;
 use block::Block;
@@ -263,6 +264,13 @@ impl LmState {
     pub fn position(&self) -> usize {
         self.position
     }
+}
+
+/// Negative log-likelihood of each target: `logits [batch, time, vocab]`, `targets
+/// [batch, time]` → `[batch, time]` (nats).
+pub fn token_nll(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<2> {
+    let log_p = log_softmax(logits, 2);
+    -log_p.gather(2, targets.unsqueeze_dim(2)).squeeze_dim(2)
 }
 
 impl Lm {

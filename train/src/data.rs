@@ -1,0 +1,149 @@
+//! The data of a run: a prepared text corpus or generated MQAR sets, as Burn dataloaders.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Result;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::transform::{SamplerDataset, SamplerDatasetOptions};
+use burn::data::dataset::{Dataset, InMemDataset};
+use hla_data::batch::{LmBatch, LmBatcher};
+use hla_data::config::Task;
+use hla_data::corpus;
+use hla_data::prepared::{Prepared, TokenFile};
+use hla_data::tokenizer::Tokenizer;
+use hla_data::windows::{AllWindows, FullPass, LmItem, RandomWindows};
+
+use crate::config::RunConfig;
+
+pub enum Data {
+    Text {
+        tokens: Arc<TokenFile>,
+        train: std::ops::Range<usize>,
+        valid: std::ops::Range<usize>,
+        tokenizer: Tokenizer,
+    },
+    Mqar {
+        train: Vec<LmItem>,
+        test: Vec<LmItem>,
+        vocab_size: usize,
+    },
+}
+
+pub type Loader = Arc<dyn DataLoader<LmBatch>>;
+
+impl Data {
+    /// Prepares (or re-uses) the corpus, or generates the MQAR sets.
+    pub fn load(config: &RunConfig) -> Result<Self> {
+        Ok(match config.data.task()? {
+            Task::Text { corpus } => {
+                let (prepared, _) = config.data.prepare_text(corpus, &corpus::data_dir())?;
+                Self::text(prepared)
+            }
+            Task::Mqar(mqar) => Self::Mqar {
+                train: mqar.train()?,
+                test: mqar.test()?,
+                vocab_size: mqar.vocab_size,
+            },
+        })
+    }
+
+    fn text(prepared: Prepared) -> Self {
+        Self::Text {
+            train: prepared.train_range(),
+            valid: prepared.valid_range(),
+            tokens: Arc::new(prepared.tokens),
+            tokenizer: prepared.tokenizer,
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Text { tokenizer, .. } => tokenizer.vocab_size(),
+            Self::Mqar { vocab_size, .. } => *vocab_size,
+        }
+    }
+
+    /// Input tokens of one training example.
+    pub fn tokens_per_item(&self, config: &RunConfig) -> f64 {
+        match self {
+            Self::Text { .. } => config.train.context as f64,
+            Self::Mqar { train, .. } => {
+                train.iter().map(|i| i.inputs.len()).sum::<usize>() as f64
+                    / train.len().max(1) as f64
+            }
+        }
+    }
+
+    pub fn is_mqar(&self) -> bool {
+        matches!(self, Self::Mqar { .. })
+    }
+
+    /// Saves the tokenizer of a text task into `dir`.
+    pub fn save_tokenizer(&self, path: &Path) -> Result<()> {
+        if let Self::Text { tokenizer, .. } = self {
+            tokenizer.save(path)?;
+        }
+        Ok(())
+    }
+
+    /// `items` training examples drawn with replacement (random windows, as nanoGPT).
+    pub fn train_loader(&self, config: &RunConfig, items: usize, seed: u64) -> Result<Loader> {
+        let options = SamplerDatasetOptions::default()
+            .with_replacement()
+            .with_fixed_size(items)
+            .with_seed(seed);
+        Ok(match self {
+            Self::Text { tokens, train, .. } => {
+                let windows = AllWindows::new(tokens.clone(), train.clone(), config.train.context)?;
+                loader(
+                    SamplerDataset::new(windows, options),
+                    config.train.batch_size,
+                )
+            }
+            Self::Mqar { train, .. } => loader(
+                SamplerDataset::new(InMemDataset::new(train.clone()), options),
+                config.train.batch_size,
+            ),
+        })
+    }
+
+    /// Validation during training: nanoGPT's estimate (`eval_batches` random batches) for
+    /// text, the test set for MQAR.
+    pub fn valid_loader(&self, config: &RunConfig, seed: u64) -> Result<Loader> {
+        let t = &config.train;
+        Ok(match self {
+            Self::Text { tokens, valid, .. } => {
+                let windows = RandomWindows::new(
+                    tokens.clone(),
+                    valid.clone(),
+                    t.context,
+                    t.eval_batches * t.batch_size,
+                    seed,
+                )?;
+                loader(windows, t.batch_size)
+            }
+            Self::Mqar { test, .. } => loader(InMemDataset::new(test.clone()), t.batch_size),
+        })
+    }
+
+    /// Every validation token once (text) or the whole test set (MQAR), in order.
+    pub fn full_pass(&self, config: &RunConfig) -> Result<Vec<LmItem>> {
+        Ok(match self {
+            Self::Text { tokens, valid, .. } => {
+                let pass = FullPass::new(tokens.clone(), valid.clone(), config.train.context)?;
+                (0..pass.len())
+                    .map(|i| pass.get(i).expect("in range"))
+                    .collect()
+            }
+            Self::Mqar { test, .. } => test.clone(),
+        })
+    }
+}
+
+fn loader(dataset: impl Dataset<LmItem> + 'static, batch_size: usize) -> Loader {
+    DataLoaderBuilder::new(LmBatcher)
+        .batch_size(batch_size)
+        .num_workers(1)
+        .build(dataset)
+}

@@ -1,0 +1,118 @@
+//! `hla generate`: prefill a prompt with the chunked form, then stream tokens from the
+//! recurrent state.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use burn::prelude::*;
+use hla_data::tokenizer::Tokenizer;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::run_dir::RunDir;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The run directory.
+    #[arg(long)]
+    run: PathBuf,
+    #[arg(long)]
+    prompt: String,
+    #[arg(long, default_value_t = 200)]
+    max_tokens: usize,
+    /// Softmax temperature; 0 picks the most likely token.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Sample among the k most likely tokens only.
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    #[arg(long, default_value = crate::device::default_name())]
+    device: String,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
+        bail!("--temperature must be ≥ 0, got {}", args.temperature);
+    }
+    if args.top_k == Some(0) {
+        bail!("--top-k must be at least 1");
+    }
+    let device = crate::device::parse(&args.device)?;
+    let run = RunDir::new(&args.run);
+    let config = run.load_config()?;
+    if !run.tokenizer().exists() {
+        bail!(
+            "{} has no tokenizer (an MQAR run?): generate needs a text run",
+            args.run.display()
+        );
+    }
+    let tokenizer = Tokenizer::load(&run.tokenizer())?;
+    let lm = run.load_model(&config, tokenizer.vocab_size(), &device)?;
+    let prompt = tokenizer
+        .encode(&args.prompt)
+        .context("the prompt cannot be encoded")?;
+    if prompt.is_empty() {
+        bail!("the prompt is empty");
+    }
+    let ids: Vec<i64> = prompt.iter().map(|&t| t.into()).collect();
+    let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, prompt.len()]), &device);
+    let mut state = lm.init_state(1);
+    let logits = lm.prefill(input, &mut state);
+    let mut next = logits
+        .slice(s![.., prompt.len() - 1.., ..])
+        .squeeze_dim::<2>(1);
+
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", args.prompt)?;
+    let (mut generated, mut printed) = (Vec::new(), 0);
+    for _ in 0..args.max_tokens {
+        let logits: Vec<f32> = next
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec()
+            .expect("f32 data");
+        let token = sample(&logits, args.temperature, args.top_k, &mut rng);
+        generated.push(token);
+        // Print what decodes completely so far (a byte or BPE token may end mid-character).
+        let text = tokenizer.decode(&generated)?;
+        let complete = text.trim_end_matches('\u{FFFD}');
+        if complete.len() > printed {
+            write!(out, "{}", &complete[printed..])?;
+            out.flush()?;
+            printed = complete.len();
+        }
+        let token =
+            Tensor::<1, Int>::from_data(TensorData::new(vec![i64::from(token)], [1]), &device);
+        next = lm.step(token, &mut state);
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+/// Samples a token from `logits` with `temperature` (0: argmax) among the `top_k` best.
+fn sample(logits: &[f32], temperature: f64, top_k: Option<usize>, rng: &mut ChaCha8Rng) -> u32 {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    if temperature == 0.0 {
+        return order[0] as u32;
+    }
+    order.truncate(top_k.unwrap_or(order.len()).min(order.len()));
+    let best = f64::from(logits[order[0]]);
+    let weights: Vec<f64> = order
+        .iter()
+        .map(|&i| ((f64::from(logits[i]) - best) / temperature).exp())
+        .collect();
+    let mut u = rng.random_range(0.0..weights.iter().sum::<f64>());
+    for (&i, w) in order.iter().zip(&weights) {
+        u -= w;
+        if u <= 0.0 {
+            return i as u32;
+        }
+    }
+    *order.last().expect("a non-empty vocabulary") as u32
+}

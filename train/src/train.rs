@@ -1,0 +1,249 @@
+//! `hla train`: burn-train's `SupervisedTraining` and `Learner` over a config's model and
+//! data, with checkpoints, resume, and a final validation by the recurrence.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::grad_clipping::GradientClippingConfig;
+use burn::lr_scheduler::LrSchedulerConfig;
+use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::lr_scheduler::linear::LinearLrSchedulerConfig;
+use burn::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::lr_scheduler::sequential::SequentialLrSchedulerConfig;
+use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
+use burn::optim::AdamWConfig;
+use burn::prelude::*;
+use burn::train::checkpoint::{
+    ComposedCheckpointingStrategy, KeepLastNCheckpoints, MetricCheckpointingStrategy,
+};
+use burn::train::metric::store::{Aggregate, Direction, Split};
+use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
+use burn::train::{Learner, SupervisedTraining};
+use hla_model::lm::MixerKind;
+
+use crate::config::RunConfig;
+use crate::data::Data;
+use crate::eval::{self, Mode};
+use crate::renderer::QuietRenderer;
+use crate::run_dir::RunDir;
+use crate::trainee::Trainee;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The run's config file (with --resume, the run's own config is used, with --set
+    /// overrides applied).
+    #[arg(long, required_unless_present = "resume")]
+    config: Option<PathBuf>,
+    /// Override a config value, e.g. `--set train.lr=3e-4` (repeatable).
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    #[arg(long, default_value = crate::device::default_name())]
+    device: String,
+    /// The run directory (default: runs/<config name>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Start over in an existing run directory.
+    #[arg(long, conflicts_with = "resume")]
+    force: bool,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let device = crate::device::parse(&args.device)?;
+    let out = match (&args.out, &args.config) {
+        (Some(out), _) => out.clone(),
+        (None, Some(config)) => PathBuf::from("runs").join(config.file_stem().unwrap_or_default()),
+        (None, None) => bail!("--resume needs --out (the run directory)"),
+    };
+    let run = RunDir::new(&out);
+    let config = if args.resume {
+        // The run's own config, with any overrides (e.g. more steps).
+        run.load_config()?;
+        RunConfig::load(&run.config(), &args.overrides)?
+    } else {
+        let path = args
+            .config
+            .as_ref()
+            .expect("clap requires --config without --resume");
+        let config = RunConfig::load(path, &args.overrides)?;
+        if run.config().exists() && !args.force {
+            bail!(
+                "{} already holds a run; pass --resume to continue it or --force to start over",
+                out.display()
+            );
+        }
+        if args.force && out.exists() {
+            std::fs::remove_dir_all(&out)
+                .with_context(|| format!("cannot clear {}", out.display()))?;
+        }
+        config
+    };
+    let data = Data::load(&config)?;
+    std::fs::create_dir_all(&out)
+        .with_context(|| format!("cannot create the run directory {}", out.display()))?;
+    std::fs::write(run.config(), config.to_toml())
+        .with_context(|| format!("cannot write {}", run.config().display()))?;
+    data.save_tokenizer(&run.tokenizer())?;
+
+    let t = &config.train;
+    let epochs = t.steps.div_ceil(t.eval_interval);
+    let items_per_epoch = t.eval_interval * t.grad_accumulation * t.batch_size;
+    let lm = config
+        .model
+        .lm_config(data.vocab_size())
+        .init(&device.clone().autodiff());
+    println!(
+        "training {} ({} parameters) for {} steps on {:?}, into {}",
+        config.model.mixer.name(),
+        lm.num_params(),
+        t.steps,
+        device,
+        out.display()
+    );
+    let model = Trainee { lm };
+    let optimizer = optimizer(&config, &model);
+    let scheduler = scheduler(&config)?;
+    let mut training = SupervisedTraining::new(
+        run.path(),
+        data.train_loader(&config, items_per_epoch, t.seed)?,
+        data.valid_loader(&config, t.seed.wrapping_add(1))?,
+    )
+    .metrics((LossMetric::new(), PerplexityMetric::new()))
+    .metric_train_numeric(LearningRateMetric::new())
+    .with_checkpointing_strategy(
+        ComposedCheckpointingStrategy::builder()
+            .add(KeepLastNCheckpoints::new(t.keep_checkpoints.max(1)))
+            .add(MetricCheckpointingStrategy::new(
+                &LossMetric::new(),
+                Aggregate::Mean,
+                Direction::Lowest,
+                Split::Valid,
+            ))
+            .build(),
+    )
+    .with_default_checkpointers()
+    .grads_accumulation(t.grad_accumulation)
+    .num_epochs(epochs);
+    if data.is_mqar() {
+        training = training.metrics((AccuracyMetric::new().with_pad_token(0),));
+    }
+    if !std::io::stdout().is_terminal() {
+        training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));
+    }
+    let mut first_step = 0;
+    if args.resume {
+        match run.last_checkpoint() {
+            Some(epoch) => {
+                training = training.checkpoint(epoch);
+                first_step = epoch * t.eval_interval;
+            }
+            None => println!(
+                "no checkpoint in {} yet: starting from scratch",
+                out.display()
+            ),
+        }
+    }
+    let started = Instant::now();
+    let result = training.launch(Learner::new(model, optimizer, scheduler));
+    if let Some(error) = result.error {
+        bail!("training stopped: {error}");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let lm = result.model.lm;
+    lm.clone()
+        .save_file(run.model())
+        .with_context(|| format!("cannot write {}", run.model().display()))?;
+
+    // The end-of-training validation uses the recurrence for HLA and linear attention.
+    let mode = if config.model.mixer == MixerKind::Softmax {
+        Mode::Chunked
+    } else {
+        Mode::Recurrent
+    };
+    let evaluation = eval::evaluate(
+        &lm,
+        &data.full_pass(&config)?,
+        data.is_mqar(),
+        mode,
+        &device,
+    );
+    evaluation.print();
+    let steps_run = t.steps.saturating_sub(first_step);
+    let tokens =
+        (steps_run * t.grad_accumulation * t.batch_size) as f64 * data.tokens_per_item(&config);
+    let summary = serde_json::json!({
+        "mixer": config.model.mixer.name(),
+        "parameters": lm.num_params(),
+        "state_floats_per_layer": lm.state_size(t.context),
+        "steps": t.steps,
+        "wall_seconds": seconds,
+        "tokens_per_second": tokens / seconds,
+        "validation": evaluation,
+    });
+    std::fs::write(run.metrics(), serde_json::to_string_pretty(&summary)?)?;
+    println!(
+        "{:.0} tokens/s; model and metrics in {}",
+        tokens / seconds,
+        out.display()
+    );
+    Ok(())
+}
+
+/// AdamW with weight decay on matrices only (norm gains and other vectors are not decayed,
+/// as nanoGPT).
+fn optimizer(config: &RunConfig, model: &Trainee) -> burn::optim::ModuleOptimizer {
+    let t = &config.train;
+    let clip = (t.grad_clip > 0.0).then_some(GradientClippingConfig::Norm(t.grad_clip as f32));
+    let adamw = |weight_decay: f64| {
+        AdamWConfig::new()
+            .with_beta_1(t.beta1 as f32)
+            .with_beta_2(t.beta2 as f32)
+            .with_weight_decay(weight_decay as f32)
+            .with_grad_clipping(clip.clone())
+    };
+    let mut vectors = Vectors(Vec::new());
+    model.visit(&mut vectors);
+    adamw(t.weight_decay).init().with_group(
+        ParamGroup::from_ids(vectors.0),
+        adamw(0.0).build(),
+        clip.as_ref().map(GradientClippingConfig::init),
+    )
+}
+
+/// Collects the ids of one-dimensional parameters.
+struct Vectors(Vec<ParamId>);
+
+impl ModuleVisitor for Vectors {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if D == 1 {
+            self.0.push(param.id);
+        }
+    }
+}
+
+/// Linear warm-up to `lr`, then cosine decay to `min_lr` (nanoGPT).
+fn scheduler(config: &RunConfig) -> Result<ModuleLrScheduler> {
+    let t = &config.train;
+    let warmup = t.warmup_steps.min(t.steps.saturating_sub(1));
+    let cosine = CosineAnnealingLrSchedulerConfig::new(t.lr, (t.steps - warmup).max(1))
+        .with_min_lr(t.min_lr);
+    let schedule = if warmup == 0 {
+        cosine.init()
+    } else {
+        let warm = LinearLrSchedulerConfig::new(t.lr / warmup as f64, t.lr, warmup);
+        SequentialLrSchedulerConfig::new(
+            vec![
+                LrSchedulerConfig::Linear(warm),
+                LrSchedulerConfig::Cosine(cosine),
+            ],
+            vec![warmup],
+        )
+        .init()
+    };
+    schedule.map_err(|e| anyhow::anyhow!("the learning-rate schedule: {e}"))
+}

@@ -1,0 +1,192 @@
+//! The `hla` binary end to end on a tiny config and a corpus the test writes: train →
+//! checkpoints → eval (recurrent == chunked) → generate → export (safetensors reload gives
+//! the same logits) → resume.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use burn::module::Module;
+use burn::prelude::*;
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use hla_model::lm::LmConfig;
+
+fn hla(data_dir: &Path, args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
+        .args(args)
+        .env("HLA_DATA_DIR", data_dir)
+        .output()
+        .expect("the hla binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    output
+}
+
+fn ok(data_dir: &Path, args: &[&str]) -> String {
+    let output = hla(data_dir, args);
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+fn tiny_config(dir: &Path, mixer: &str) -> std::path::PathBuf {
+    let corpus = dir.join("corpus.txt");
+    let words = [
+        "the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far",
+    ];
+    let text: Vec<&str> = (0..4000)
+        .map(|i| words[(i * 7 + i / 3) % words.len()])
+        .collect();
+    std::fs::write(&corpus, text.join(" ")).unwrap();
+    let config = dir.join(format!("tiny-{mixer}.toml"));
+    let toml = format!(
+        "[model]\nmixer = \"{mixer}\"\nd_model = 32\nn_layers = 1\nn_heads = 2\nchunk_size = 16\n\n\
+         [data]\ncorpus = \"{}\"\n\n\
+         [train]\ncontext = 32\nbatch_size = 8\nsteps = 4\neval_interval = 2\neval_batches = 2\nwarmup_steps = 1\n",
+        corpus.display()
+    );
+    std::fs::write(&config, toml).unwrap();
+    config
+}
+
+#[test]
+fn train_eval_generate_export_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = tiny_config(dir.path(), "hla2");
+    let run = dir.path().join("run");
+    let (config, run_str) = (config.to_str().unwrap(), run.to_str().unwrap());
+
+    let log = ok(&data, &["train", "--config", config, "--out", run_str]);
+    assert!(log.contains("step      4/4"), "{log}");
+    assert!(run.join("checkpoint/model-2.bpk").exists() && run.join("model.bpk").exists());
+    assert!(run.join("config.toml").exists() && run.join("tokenizer.json").exists());
+
+    let again = hla(&data, &["train", "--config", config, "--out", run_str]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("--resume"));
+
+    let eval = |mode: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(
+            &data,
+            &["eval", "--run", run_str, "--mode", mode, "--json"],
+        ))
+        .unwrap()
+    };
+    let (recurrent, chunked) = (eval("recurrent"), eval("chunked"));
+    let (r, c) = (
+        recurrent["loss"].as_f64().unwrap(),
+        chunked["loss"].as_f64().unwrap(),
+    );
+    assert!(r.is_finite() && r > 0.0);
+    assert!((r - c).abs() <= 1e-4 * c, "recurrent {r} vs chunked {c}");
+    assert_eq!(recurrent["tokens"], chunked["tokens"]);
+
+    let text = ok(
+        &data,
+        &[
+            "generate",
+            "--run",
+            run_str,
+            "--prompt",
+            "the cat",
+            "--max-tokens",
+            "20",
+        ],
+    );
+    assert!(
+        text.starts_with("the cat") && text.trim_end().chars().count() == 27,
+        "{text:?}"
+    );
+    let unknown = hla(&data, &["generate", "--run", run_str, "--prompt", "The"]);
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("'T' is not in the vocabulary"));
+
+    let export = dir.path().join("export");
+    ok(
+        &data,
+        &[
+            "export",
+            "--run",
+            run_str,
+            "--format",
+            "safetensors",
+            "--out",
+            export.to_str().unwrap(),
+        ],
+    );
+    for file in [
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "manifest.json",
+    ] {
+        assert!(export.join(file).exists(), "{file}");
+    }
+    let device = Device::default();
+    let lm_config = LmConfig::load(export.join("config.json")).unwrap();
+    let trained = lm_config.init(&device).load_file(run.join("model.bpk"));
+    let mut fresh = lm_config.init(&device);
+    let applied = fresh
+        .load_from(&mut SafetensorsStore::from_file(
+            export.join("model.safetensors"),
+        ))
+        .unwrap();
+    assert!(applied.missing.is_empty(), "missing: {:?}", applied.missing);
+    let tokens =
+        Tensor::<2, Int>::from_data(TensorData::new(vec![1i64, 2, 3, 4, 5], [1, 5]), &device);
+    let (a, b) = (trained.forward(tokens.clone()), fresh.forward(tokens));
+    assert_eq!(
+        a.into_data(),
+        b.into_data(),
+        "the exported weights give the same logits"
+    );
+
+    let resumed = ok(
+        &data,
+        &[
+            "train",
+            "--out",
+            run_str,
+            "--resume",
+            "--set",
+            "train.steps=6",
+        ],
+    );
+    assert!(
+        resumed.contains("resuming at step 4") && resumed.contains("step      6/6"),
+        "{resumed}"
+    );
+    assert!(run.join("checkpoint/model-3.bpk").exists());
+}
+
+#[test]
+fn smoke_config_runs_on_mqar_with_softmax() {
+    let dir = tempfile::tempdir().unwrap();
+    let smoke = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/smoke.toml");
+    let run = dir.path().join("run");
+    let sets = [
+        "--set",
+        "train.steps=2",
+        "--set",
+        "train.eval_interval=1",
+        "--set",
+        "model.mixer=softmax",
+    ];
+    let mut args = vec![
+        "train",
+        "--config",
+        smoke.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ];
+    args.extend(sets);
+    let log = ok(dir.path(), &args);
+    assert!(log.contains("Accuracy"), "MQAR reports accuracy: {log}");
+    let eval: serde_json::Value = serde_json::from_str(&ok(
+        dir.path(),
+        &["eval", "--run", run.to_str().unwrap(), "--json"],
+    ))
+    .unwrap();
+    assert!((0.0..=1.0).contains(&eval["accuracy"].as_f64().unwrap()));
+}
