@@ -65,16 +65,17 @@ impl DataConfig {
         }
     }
 
-    /// Resolves the corpus and prepares it under `data_dir` (re-using an earlier
-    /// preparation of the same bytes). Returns the prepared corpus and whether it was
-    /// re-used.
+    /// Resolves the corpus (named corpora from `data_dir`) and prepares it under
+    /// `cache_dir` (re-using an earlier preparation of the same bytes). Returns the
+    /// prepared corpus and whether it was re-used.
     pub fn prepare_text(
         &self,
         corpus: &str,
         data_dir: &Path,
+        cache_dir: &Path,
     ) -> Result<(Prepared, bool), DataError> {
         let source: PathBuf = corpus::resolve(corpus, data_dir)?;
-        let dir = prepared::prepared_dir(data_dir, &source, self.tokenizer);
+        let dir = prepared::prepared_dir(cache_dir, &source, self.tokenizer);
         prepared::prepare(&source, self.tokenizer, self.train_fraction, &dir)
     }
 }

@@ -27,10 +27,17 @@ pub const TINYSHAKESPEARE: NamedCorpus = NamedCorpus {
 
 pub const NAMED: [NamedCorpus; 1] = [TINYSHAKESPEARE];
 
-/// Where corpora and prepared token files live: `$HLA_DATA_DIR`, else the user's cache
-/// directory (`~/.cache/hla` on Linux).
+/// Where named corpora are looked up and downloaded to: `$HLA_DATA_DIR`, else
+/// [`cache_dir`].
 pub fn data_dir() -> PathBuf {
-    match std::env::var_os("HLA_DATA_DIR") {
+    std::env::var_os("HLA_DATA_DIR").map_or_else(cache_dir, PathBuf::from)
+}
+
+/// Where prepared token files are written: `$HLA_CACHE_DIR`, else the user's cache
+/// directory (`~/.cache/hla` on Linux). Kept apart from the data directory, which may be
+/// read-only.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("HLA_CACHE_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => dirs::cache_dir()
             .unwrap_or_else(std::env::temp_dir)

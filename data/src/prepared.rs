@@ -51,12 +51,12 @@ impl Prepared {
     }
 }
 
-/// The folder of `source` prepared with `kind` under `data_dir`.
-pub fn prepared_dir(data_dir: &Path, source: &Path, kind: TokenizerKind) -> PathBuf {
+/// The folder of `source` prepared with `kind` under `cache_dir`.
+pub fn prepared_dir(cache_dir: &Path, source: &Path, kind: TokenizerKind) -> PathBuf {
     let stem = source
         .file_stem()
         .map_or("corpus".into(), |s| s.to_string_lossy().into_owned());
-    data_dir.join("prepared").join(format!("{stem}-{kind}"))
+    cache_dir.join("prepared").join(format!("{stem}-{kind}"))
 }
 
 /// Tokenizes `source` into `dir`, or re-uses what is there when it was prepared from the

@@ -9,24 +9,32 @@ use hla_data::corpus;
 use hla_model::lm::MixerKind;
 
 use crate::config::RunConfig;
+use crate::run_dir::RunDir;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The run's config file.
+    /// A config file.
+    #[arg(long, required_unless_present = "run", conflicts_with = "run")]
+    config: Option<PathBuf>,
+    /// A run directory (its resolved config).
     #[arg(long)]
-    config: PathBuf,
+    run: Option<PathBuf>,
     /// Override a config value, e.g. `--set model.mixer=linear` (repeatable).
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     overrides: Vec<String>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let config = RunConfig::load(&args.config, &args.overrides)?;
+    let config = match (&args.config, &args.run) {
+        (Some(path), _) => RunConfig::load(path, &args.overrides)?,
+        (None, Some(run)) => RunConfig::load(&RunDir::new(run).config(), &args.overrides)?,
+        (None, None) => unreachable!("clap requires --config or --run"),
+    };
     let vocab_size = match config.data.task()? {
         Task::Text { corpus } => {
             config
                 .data
-                .prepare_text(corpus, &corpus::data_dir())?
+                .prepare_text(corpus, &corpus::data_dir(), &corpus::cache_dir())?
                 .0
                 .meta
                 .vocab_size

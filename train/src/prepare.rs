@@ -22,7 +22,10 @@ pub fn run(args: &Args) -> Result<()> {
     let config = RunConfig::load(&args.config, &args.overrides)?;
     match config.data.task()? {
         Task::Text { corpus } => {
-            let (prepared, reused) = config.data.prepare_text(corpus, &corpus::data_dir())?;
+            let (prepared, reused) =
+                config
+                    .data
+                    .prepare_text(corpus, &corpus::data_dir(), &corpus::cache_dir())?;
             let m = &prepared.meta;
             println!(
                 "{} {} ({} tokenizer, vocabulary {})",

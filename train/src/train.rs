@@ -19,8 +19,10 @@ use burn::train::checkpoint::{
     ComposedCheckpointingStrategy, KeepLastNCheckpoints, MetricCheckpointingStrategy,
 };
 use burn::train::metric::store::{Aggregate, Direction, Split};
-use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
-use burn::train::{Learner, SupervisedTraining};
+use burn::train::metric::{
+    AccuracyMetric, IterationSpeedMetric, LearningRateMetric, LossMetric, PerplexityMetric,
+};
+use burn::train::{Learner, MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining};
 use hla_model::lm::MixerKind;
 
 use crate::config::RunConfig;
@@ -115,6 +117,7 @@ pub fn run(args: &Args) -> Result<()> {
     )
     .metrics((LossMetric::new(), PerplexityMetric::new()))
     .metric_train_numeric(LearningRateMetric::new())
+    .metric_train_numeric(IterationSpeedMetric::new())
     .with_checkpointing_strategy(
         ComposedCheckpointingStrategy::builder()
             .add(KeepLastNCheckpoints::new(t.keep_checkpoints.max(1)))
@@ -131,6 +134,17 @@ pub fn run(args: &Args) -> Result<()> {
     .num_epochs(epochs);
     if data.is_mqar() {
         training = training.metrics((AccuracyMetric::new().with_pad_token(0),));
+    }
+    if t.early_stopping > 0 {
+        training = training.early_stopping(MetricEarlyStoppingStrategy::new(
+            &LossMetric::new(),
+            Aggregate::Mean,
+            Direction::Lowest,
+            Split::Valid,
+            StoppingCondition::NoImprovementSince {
+                n_epochs: t.early_stopping,
+            },
+        ));
     }
     if !std::io::stdout().is_terminal() {
         training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));
@@ -186,6 +200,7 @@ pub fn run(args: &Args) -> Result<()> {
         "validation": evaluation,
     });
     std::fs::write(run.metrics(), serde_json::to_string_pretty(&summary)?)?;
+    write_metrics_csv(&run, t.eval_interval)?;
     println!(
         "{:.0} tokens/s; model and metrics in {}",
         tokens / seconds,
@@ -246,4 +261,51 @@ fn scheduler(config: &RunConfig) -> Result<ModuleLrScheduler> {
         .init()
     };
     schedule.map_err(|e| anyhow::anyhow!("the learning-rate schedule: {e}"))
+}
+
+/// `metrics.csv` (step, split, metric, value) from burn-train's per-epoch logs, whose last
+/// line holds the epoch's aggregate: one row per metric and validation interval.
+fn write_metrics_csv(run: &RunDir, eval_interval: usize) -> Result<()> {
+    let mut rows = vec!["step,split,metric,value".to_string()];
+    for split in ["train", "valid"] {
+        let Ok(epochs) = std::fs::read_dir(run.path().join(split)) else {
+            continue;
+        };
+        let mut epochs: Vec<(usize, PathBuf)> = epochs
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                let n = path
+                    .file_name()?
+                    .to_str()?
+                    .strip_prefix("epoch-")?
+                    .parse()
+                    .ok()?;
+                Some((n, path))
+            })
+            .collect();
+        epochs.sort();
+        for (epoch, dir) in epochs {
+            let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            logs.sort();
+            for log in logs {
+                let metric = log
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default()
+                    .to_lowercase();
+                let text = std::fs::read_to_string(&log)?;
+                if let Some(value) = text.lines().rev().find_map(|l| l.strip_suffix(",final")) {
+                    rows.push(format!(
+                        "{},{split},{metric},{value}",
+                        epoch * eval_interval
+                    ));
+                }
+            }
+        }
+    }
+    let path = run.path().join("metrics.csv");
+    std::fs::write(&path, rows.join("\n") + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -14,6 +14,7 @@ fn hla(data_dir: &Path, args: &[&str]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_hla"))
         .args(args)
         .env("HLA_DATA_DIR", data_dir)
+        .env("HLA_CACHE_DIR", data_dir.join("cache"))
         .output()
         .expect("the hla binary runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
