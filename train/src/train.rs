@@ -115,7 +115,7 @@ pub fn run(args: &Args) -> Result<()> {
         data.train_loader(&config, items_per_epoch, t.seed)?,
         data.valid_loader(&config, t.seed.wrapping_add(1))?,
     )
-    .metrics((LossMetric::new(), PerplexityMetric::new()))
+    .metrics((LossMetric::new(),))
     .metric_train_numeric(LearningRateMetric::new())
     .metric_train_numeric(IterationSpeedMetric::new())
     .with_checkpointing_strategy(
@@ -132,9 +132,12 @@ pub fn run(args: &Args) -> Result<()> {
     .with_default_checkpointers()
     .grads_accumulation(t.grad_accumulation)
     .num_epochs(epochs);
-    if data.is_mqar() {
-        training = training.metrics((AccuracyMetric::new().with_pad_token(0),));
-    }
+    // MQAR scores only the query positions: accuracy there; perplexity is for text.
+    training = if data.is_mqar() {
+        training.metrics((AccuracyMetric::new().with_pad_token(0),))
+    } else {
+        training.metrics((PerplexityMetric::new(),))
+    };
     if t.early_stopping > 0 {
         training = training.early_stopping(MetricEarlyStoppingStrategy::new(
             &LossMetric::new(),
