@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::data::dataset::{Dataset, DatasetError};
 use rand::{Rng, SeedableRng};
@@ -161,4 +162,40 @@ fn check_length(
         });
     }
     Ok(())
+}
+
+/// Sampling with replacement that can resume: the `n`-th item read (counting from
+/// `first_draw`) is `inner[i]` with `i` drawn from a generator seeded with `(seed, n)`. An
+/// epoch is `size` reads; a run resumed after `k` reads and started with `first_draw = k`
+/// sees the same data as one that never stopped (items must be read in order, as a
+/// single-worker data loader does).
+pub struct Draws<D> {
+    inner: D,
+    size: usize,
+    seed: u64,
+    next: AtomicU64,
+}
+
+impl<D: Dataset<LmItem>> Draws<D> {
+    pub fn new(inner: D, size: usize, seed: u64, first_draw: u64) -> Self {
+        Self {
+            inner,
+            size,
+            seed,
+            next: AtomicU64::new(first_draw),
+        }
+    }
+}
+
+impl<D: Dataset<LmItem>> Dataset<LmItem> for Draws<D> {
+    fn get(&self, _index: usize) -> Result<LmItem, DatasetError> {
+        let draw = self.next.fetch_add(1, Ordering::SeqCst);
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(draw);
+        self.inner.get(rng.random_range(0..self.inner.len()))
+    }
+
+    fn len(&self) -> usize {
+        self.size
+    }
 }

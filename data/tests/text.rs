@@ -277,3 +277,22 @@ fn named_corpora_download_once_with_a_checksum() {
     );
     assert!(!dir.path().join("wrong.txt").exists() && !dir.path().join("wrong.part").exists());
 }
+
+/// Draws resumed after k reads continue the sequence of an uninterrupted run.
+#[test]
+fn draws_resume_where_they_stopped() {
+    use hla_data::windows::{AllWindows, Draws};
+    let dir = tempfile::tempdir().unwrap();
+    let source = write(dir.path(), "c.txt", TEXT.repeat(10).as_bytes());
+    let (p, _) =
+        prepared::prepare(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
+    let range = p.train_range();
+    let tokens = Arc::new(p.tokens);
+    let windows = || AllWindows::new(tokens.clone(), range.clone(), 8).unwrap();
+    let whole = Draws::new(windows(), 6, 3, 0);
+    let run: Vec<_> = (0..12).map(|i| whole.get(i % 6).unwrap()).collect();
+    let resumed = Draws::new(windows(), 6, 3, 6);
+    let tail: Vec<_> = (0..6).map(|i| resumed.get(i).unwrap()).collect();
+    assert_eq!(tail, run[6..]);
+    assert_ne!(run[..6], run[6..], "each epoch draws new windows");
+}

@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
-use burn::data::dataset::transform::{SamplerDataset, SamplerDatasetOptions};
 use burn::data::dataset::{Dataset, InMemDataset};
 use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::config::Task;
 use hla_data::corpus;
 use hla_data::prepared::{Prepared, TokenFile};
 use hla_data::tokenizer::Tokenizer;
-use hla_data::windows::{AllWindows, FullPass, LmItem, RandomWindows};
+use hla_data::windows::{AllWindows, Draws, FullPass, LmItem, RandomWindows};
 
 use crate::config::RunConfig;
 
@@ -90,24 +89,24 @@ impl Data {
         Ok(())
     }
 
-    /// `items` training examples drawn with replacement (random windows, as nanoGPT).
-    pub fn train_loader(&self, config: &RunConfig, items: usize, seed: u64) -> Result<Loader> {
-        let options = SamplerDatasetOptions::default()
-            .with_replacement()
-            .with_fixed_size(items)
-            .with_seed(seed);
+    /// Epochs of `items` training examples drawn with replacement (random windows, as
+    /// nanoGPT), continuing after `first_draw` earlier draws when a run resumes.
+    pub fn train_loader(
+        &self,
+        config: &RunConfig,
+        items: usize,
+        first_draw: u64,
+    ) -> Result<Loader> {
+        let (batch, seed) = (config.train.batch_size, config.train.seed);
         Ok(match self {
             Self::Text { tokens, train, .. } => {
                 let windows = AllWindows::new(tokens.clone(), train.clone(), config.train.context)?;
-                loader(
-                    SamplerDataset::new(windows, options),
-                    config.train.batch_size,
-                )
+                loader(Draws::new(windows, items, seed, first_draw), batch)
             }
-            Self::Mqar { train, .. } => loader(
-                SamplerDataset::new(InMemDataset::new(train.clone()), options),
-                config.train.batch_size,
-            ),
+            Self::Mqar { train, .. } => {
+                let examples = InMemDataset::new(train.clone());
+                loader(Draws::new(examples, items, seed, first_draw), batch)
+            }
         })
     }
 

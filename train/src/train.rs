@@ -107,12 +107,31 @@ pub fn run(args: &Args) -> Result<()> {
         device,
         out.display()
     );
+    // Parameters initialise lazily; draw them now, in order, from the seeded generator.
+    lm.visit(&mut Materialize);
     let model = Trainee { lm };
     let optimizer = optimizer(&config, &model);
     let scheduler = scheduler(&config)?;
+    let resume_epoch = if args.resume {
+        run.last_checkpoint()
+    } else {
+        None
+    };
+    if args.resume && resume_epoch.is_none() {
+        println!(
+            "no checkpoint in {} yet: starting from scratch",
+            out.display()
+        );
+    }
+    let done_epochs = resume_epoch.unwrap_or(0);
+    let first_step = done_epochs * t.eval_interval;
     let mut training = SupervisedTraining::new(
         run.path(),
-        data.train_loader(&config, items_per_epoch, t.seed)?,
+        data.train_loader(
+            &config,
+            items_per_epoch,
+            (done_epochs * items_per_epoch) as u64,
+        )?,
         data.valid_loader(&config, t.seed.wrapping_add(1))?,
     )
     .metrics((LossMetric::new(),))
@@ -149,21 +168,11 @@ pub fn run(args: &Args) -> Result<()> {
             },
         ));
     }
+    if let Some(epoch) = resume_epoch {
+        training = training.checkpoint(epoch);
+    }
     if !std::io::stdout().is_terminal() {
         training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));
-    }
-    let mut first_step = 0;
-    if args.resume {
-        match run.last_checkpoint() {
-            Some(epoch) => {
-                training = training.checkpoint(epoch);
-                first_step = epoch * t.eval_interval;
-            }
-            None => println!(
-                "no checkpoint in {} yet: starting from scratch",
-                out.display()
-            ),
-        }
     }
     let started = Instant::now();
     let result = training.launch(Learner::new(model, optimizer, scheduler));
@@ -231,6 +240,15 @@ fn optimizer(config: &RunConfig, model: &Trainee) -> burn::optim::ModuleOptimize
         adamw(0.0).build(),
         clip.as_ref().map(GradientClippingConfig::init),
     )
+}
+
+/// Initialises every parameter (they are lazy) by reading it.
+struct Materialize;
+
+impl ModuleVisitor for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        param.val();
+    }
 }
 
 /// Collects the ids of one-dimensional parameters.
