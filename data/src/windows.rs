@@ -32,13 +32,52 @@ impl LmItem {
     }
 }
 
+/// A split of a token file, read in windows of `context + 1` tokens.
+struct Span {
+    tokens: Arc<TokenFile>,
+    split: Range<usize>,
+    context: usize,
+}
+
+impl Span {
+    fn new(
+        name: &'static str,
+        tokens: Arc<TokenFile>,
+        split: Range<usize>,
+        context: usize,
+    ) -> Result<Self, DataError> {
+        if split.len() < context + 1 {
+            return Err(DataError::TooShort {
+                split: name,
+                needed: context + 1,
+                got: split.len(),
+            });
+        }
+        Ok(Self {
+            tokens,
+            split,
+            context,
+        })
+    }
+
+    /// The window starting `offset` tokens into the split (shorter at the split's end).
+    fn window(&self, offset: usize) -> LmItem {
+        let start = self.split.start + offset;
+        let end = (start + self.context + 1).min(self.split.end);
+        LmItem::shifted(self.tokens.read(start..end))
+    }
+
+    /// Windows that fit whole.
+    fn starts(&self) -> usize {
+        self.split.len() - self.context
+    }
+}
+
 /// Random windows of `context + 1` tokens (nanoGPT's `get_batch`): window `i` starts at a
 /// position drawn from a generator seeded with `(seed, i)`, so the data does not depend on
 /// the order or the thread it is read in. An epoch is `windows` windows.
 pub struct RandomWindows {
-    tokens: Arc<TokenFile>,
-    split: Range<usize>,
-    context: usize,
+    span: Span,
     windows: usize,
     seed: u64,
 }
@@ -51,11 +90,9 @@ impl RandomWindows {
         windows: usize,
         seed: u64,
     ) -> Result<Self, DataError> {
-        check_length("training", &split, context)?;
+        let span = Span::new("training", tokens, split, context)?;
         Ok(Self {
-            tokens,
-            split,
-            context,
+            span,
             windows,
             seed,
         })
@@ -66,11 +103,7 @@ impl Dataset<LmItem> for RandomWindows {
     fn get(&self, index: usize) -> Result<LmItem, DatasetError> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(index as u64);
-        let last_start = self.split.end - self.context - 1;
-        let start = rng.random_range(self.split.start..=last_start);
-        Ok(LmItem::shifted(
-            self.tokens.read(start..start + self.context + 1),
-        ))
+        Ok(self.span.window(rng.random_range(0..self.span.starts())))
     }
 
     fn len(&self) -> usize {
@@ -80,11 +113,7 @@ impl Dataset<LmItem> for RandomWindows {
 
 /// Every window of `context + 1` tokens in a split, window `i` starting at token `i`: the
 /// population that training samples from (with replacement, like nanoGPT).
-pub struct AllWindows {
-    tokens: Arc<TokenFile>,
-    split: Range<usize>,
-    context: usize,
-}
+pub struct AllWindows(Span);
 
 impl AllWindows {
     pub fn new(
@@ -92,35 +121,23 @@ impl AllWindows {
         split: Range<usize>,
         context: usize,
     ) -> Result<Self, DataError> {
-        check_length("training", &split, context)?;
-        Ok(Self {
-            tokens,
-            split,
-            context,
-        })
+        Span::new("training", tokens, split, context).map(Self)
     }
 }
 
 impl Dataset<LmItem> for AllWindows {
     fn get(&self, index: usize) -> Result<LmItem, DatasetError> {
-        let start = self.split.start + index;
-        Ok(LmItem::shifted(
-            self.tokens.read(start..start + self.context + 1),
-        ))
+        Ok(self.0.window(index))
     }
 
     fn len(&self) -> usize {
-        self.split.len() - self.context
+        self.0.starts()
     }
 }
 
 /// Consecutive, non-overlapping windows that cover a split once (a full validation pass);
 /// the last may be shorter.
-pub struct FullPass {
-    tokens: Arc<TokenFile>,
-    split: Range<usize>,
-    context: usize,
-}
+pub struct FullPass(Span);
 
 impl FullPass {
     pub fn new(
@@ -128,40 +145,18 @@ impl FullPass {
         split: Range<usize>,
         context: usize,
     ) -> Result<Self, DataError> {
-        check_length("validation", &split, context)?;
-        Ok(Self {
-            tokens,
-            split,
-            context,
-        })
+        Span::new("validation", tokens, split, context).map(Self)
     }
 }
 
 impl Dataset<LmItem> for FullPass {
     fn get(&self, index: usize) -> Result<LmItem, DatasetError> {
-        let start = self.split.start + index * self.context;
-        let end = (start + self.context + 1).min(self.split.end);
-        Ok(LmItem::shifted(self.tokens.read(start..end)))
+        Ok(self.0.window(index * self.0.context))
     }
 
     fn len(&self) -> usize {
-        (self.split.len() - 1).div_ceil(self.context)
+        (self.0.split.len() - 1).div_ceil(self.0.context)
     }
-}
-
-fn check_length(
-    split: &'static str,
-    range: &Range<usize>,
-    context: usize,
-) -> Result<(), DataError> {
-    if range.len() < context + 1 {
-        return Err(DataError::TooShort {
-            split,
-            needed: context + 1,
-            got: range.len(),
-        });
-    }
-    Ok(())
 }
 
 /// Sampling with replacement that can resume: the `n`-th item read (counting from
