@@ -157,8 +157,11 @@ impl RunConfig {
     /// Reads `path`, applies the `section.key=value` overrides, and checks every value.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
         let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the config file {}", path.display()))?;
-        Self::parse(&text, overrides).with_context(|| format!("in {}", path.display()))
+            .with_context(|| format!("cannot read the config file {}", path.display()))
+            .map_err(UsageError::from)?;
+        Self::parse(&text, overrides)
+            .with_context(|| format!("in {}", path.display()))
+            .map_err(|e| UsageError::from(e).into())
     }
 
     pub fn parse(text: &str, overrides: &[String]) -> Result<Self> {
@@ -243,6 +246,25 @@ impl RunConfig {
         toml::to_string_pretty(self).expect("the config serialises")
     }
 }
+
+/// A mistake in how the command was called or configured (exit status 2), as opposed to
+/// a failure while running (exit status 1).
+#[derive(Debug)]
+pub struct UsageError(anyhow::Error);
+
+impl From<anyhow::Error> for UsageError {
+    fn from(error: anyhow::Error) -> Self {
+        Self(error)
+    }
+}
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
 
 /// Applies `section.key=value`; the value is read as TOML (`3`, `1e-3`, `true`, `"x"`), or
 /// as a string when it is not valid TOML.

@@ -19,6 +19,10 @@ pub fn default_name() -> &'static str {
 
 /// The device called `name`, if its backend was compiled in.
 pub fn parse(name: &str) -> Result<Device> {
+    pick(name).map_err(|e| crate::config::UsageError::from(e).into())
+}
+
+fn pick(name: &str) -> Result<Device> {
     match name {
         #[cfg(feature = "ndarray")]
         #[allow(deprecated)]

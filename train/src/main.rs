@@ -66,7 +66,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            // Usage and config mistakes exit with 2, as clap's own do; failures with 1.
+            if err.is::<config::UsageError>() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

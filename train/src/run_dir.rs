@@ -88,3 +88,16 @@ impl RunDir {
             .max()
     }
 }
+
+/// Writes `bytes` to `path` through a temporary file, `fsync` and a rename, so a reader
+/// (or a run killed mid-write) never sees half a file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut file, bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().with_context(|| format!("cannot write {}", path.display()))
+}

@@ -29,7 +29,7 @@ use crate::config::RunConfig;
 use crate::data::Data;
 use crate::eval::{self, Mode};
 use crate::renderer::QuietRenderer;
-use crate::run_dir::RunDir;
+use crate::run_dir::{RunDir, write_atomic};
 use crate::trainee::Trainee;
 
 #[derive(clap::Args, Debug)]
@@ -88,8 +88,7 @@ pub fn run(args: &Args) -> Result<()> {
     let data = Data::load(&config)?;
     std::fs::create_dir_all(&out)
         .with_context(|| format!("cannot create the run directory {}", out.display()))?;
-    std::fs::write(run.config(), config.to_toml())
-        .with_context(|| format!("cannot write {}", run.config().display()))?;
+    write_atomic(&run.config(), config.to_toml().as_bytes())?;
     data.save_tokenizer(&run.tokenizer())?;
 
     let t = &config.train;
@@ -181,9 +180,12 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let lm = result.model.lm;
-    lm.clone()
-        .save_file(run.model())
-        .with_context(|| format!("cannot write {}", run.model().display()))?;
+    let weights = lm
+        .clone()
+        .into_record()
+        .into_bytes()
+        .context("cannot serialise the model")?;
+    write_atomic(&run.model(), &weights)?;
 
     // The end-of-training validation uses the recurrence for HLA and linear attention.
     let mode = if config.model.mixer == MixerKind::Softmax {
@@ -211,7 +213,10 @@ pub fn run(args: &Args) -> Result<()> {
         "tokens_per_second": tokens / seconds,
         "validation": evaluation,
     });
-    std::fs::write(run.metrics(), serde_json::to_string_pretty(&summary)?)?;
+    write_atomic(
+        &run.metrics(),
+        serde_json::to_string_pretty(&summary)?.as_bytes(),
+    )?;
     write_metrics_csv(&run, t.eval_interval)?;
     println!(
         "{:.0} tokens/s; model and metrics in {}",
@@ -327,6 +332,5 @@ fn write_metrics_csv(run: &RunDir, eval_interval: usize) -> Result<()> {
         }
     }
     let path = run.path().join("metrics.csv");
-    std::fs::write(&path, rows.join("\n") + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))
+    write_atomic(&path, (rows.join("\n") + "\n").as_bytes())
 }

@@ -192,3 +192,39 @@ fn smoke_config_runs_on_mqar_with_softmax() {
     .unwrap();
     assert!((0.0..=1.0).contains(&eval["accuracy"].as_f64().unwrap()));
 }
+
+/// Usage and config mistakes exit with 2 and one clear message; runtime failures with 1.
+#[test]
+fn mistakes_exit_with_clear_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[data]\ncorpus = \"x\"\n[model]\nmixr = \"hla2\"\n").unwrap();
+    let missing_run = dir.path().join("nothing");
+    let cases: [(&[&str], i32, &str); 4] = [
+        (
+            &["info", "--config", bad.to_str().unwrap()],
+            2,
+            "unknown field `mixr`",
+        ),
+        (&["verify", "--device", "tpu"], 2, "unknown device \"tpu\""),
+        (
+            &["train", "--config", "/no/such/file.toml"],
+            2,
+            "cannot read the config file",
+        ),
+        (
+            &["eval", "--run", missing_run.to_str().unwrap()],
+            1,
+            "is not a run directory",
+        ),
+    ];
+    for (args, code, message) in cases {
+        let output = hla(dir.path(), args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(message),
+            "{args:?}: {stderr}"
+        );
+    }
+}
