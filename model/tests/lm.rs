@@ -273,6 +273,7 @@ fn defaults_train_stably_at_1024_tokens() {
         ids.slice(s![.., 1..1025]),
     );
     for mixer in [MixerKind::Hla2, MixerKind::Hla3, MixerKind::Ahla] {
+        device.seed(23);
         let mut model = LmConfig::new(65).with_mixer(mixer).init(&device);
         let mut optim = AdamWConfig::new().with_weight_decay(0.1).init();
         let mut losses = Vec::new();
