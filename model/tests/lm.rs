@@ -7,7 +7,7 @@ use burn::module::{ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{Rng, TOL, devices, rel_rms};
-use hla_model::lm::{DecayKind, LmConfig, MixerKind};
+use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind};
 
 const MIXERS: [MixerKind; 5] = [
     MixerKind::Hla2,
@@ -36,7 +36,10 @@ fn variants(mixer: MixerKind) -> Vec<LmConfig> {
             base.clone().with_decay(DecayKind::Gated),
             base.clone().with_decay(DecayKind::None),
             base.clone().with_shared_keys(true).with_output_gate(true),
-            base.clone().with_normalize(true).with_output_norm(false),
+            base.clone()
+                .with_normalize(true)
+                .with_output_norm(false)
+                .with_feature_map(Some(FeatureMap::EluPlusOne)),
         ]);
     }
     out

@@ -120,7 +120,9 @@ pub struct LmConfig {
     /// One key per layer shared by all heads (multi-query, spec §11).
     #[config(default = false)]
     pub shared_keys: bool,
-    /// Divide by the masked denominator (spec §3).
+    /// Divide by the masked denominator (spec §3). Meant for a nonnegative feature map
+    /// (`elu_plus_one`): with signed q and k the denominator can cross zero, and the output
+    /// jumps where it does (spec §9).
     #[config(default = false)]
     pub normalize: bool,
     #[config(default = 64)]
