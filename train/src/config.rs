@@ -116,12 +116,10 @@ pub struct TrainSection {
     /// Gradient-norm clip; 0 turns it off.
     pub grad_clip: f64,
     pub grad_accumulation: usize,
-    /// Steps between validations.
+    /// Steps between validations, each followed by a checkpoint.
     pub eval_interval: usize,
     /// Batches of nanoGPT's random-window validation estimate.
     pub eval_batches: usize,
-    /// Steps between checkpoints.
-    pub checkpoint_interval: usize,
     /// Checkpoints kept besides the best.
     pub keep_checkpoints: usize,
     /// Stop after this many validations without improvement; 0 never stops early.
@@ -145,7 +143,6 @@ impl Default for TrainSection {
             grad_accumulation: 1,
             eval_interval: 250,
             eval_batches: 20,
-            checkpoint_interval: 500,
             keep_checkpoints: 2,
             early_stopping: 0,
             seed: 1337,
@@ -223,7 +220,6 @@ impl RunConfig {
             ("grad_accumulation", t.grad_accumulation),
             ("eval_interval", t.eval_interval),
             ("eval_batches", t.eval_batches),
-            ("checkpoint_interval", t.checkpoint_interval),
         ] {
             if value == 0 {
                 bail!("train.{key} must be at least 1, got 0");
