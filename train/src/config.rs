@@ -411,4 +411,16 @@ mod tests {
             assert!(err.contains(message), "{set}: {err}");
         }
     }
+
+    #[test]
+    fn shipped_configs_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+        let mut count = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            RunConfig::load(&path, &[]).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            count += 1;
+        }
+        assert!(count >= 9, "smoke, 5 shakespeare-char and 3 mqar configs");
+    }
 }
