@@ -11,6 +11,15 @@ use crate::config::RunConfig;
 
 pub struct RunDir(PathBuf);
 
+/// Holds a run directory's lock; removes it when dropped.
+pub struct RunLock(PathBuf);
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 impl RunDir {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self(path.into())
@@ -38,6 +47,66 @@ impl RunDir {
 
     pub fn metrics(&self) -> PathBuf {
         self.0.join("metrics.json")
+    }
+
+    /// Claims the run directory for this process until the guard drops: a second `hla
+    /// train` into the same directory is refused. A lock left by a killed process (its pid
+    /// no longer runs) is taken over.
+    pub fn lock(&self) -> Result<RunLock> {
+        std::fs::create_dir_all(&self.0)
+            .with_context(|| format!("cannot create the run directory {}", self.0.display()))?;
+        let path = self.0.join("run.lock");
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(mut file) => {
+                    std::io::Write::write_all(
+                        &mut file,
+                        std::process::id().to_string().as_bytes(),
+                    )?;
+                    return Ok(RunLock(path));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let owner = std::fs::read_to_string(&path).unwrap_or_default();
+                    let owner = owner.trim();
+                    if Path::new("/proc").join(owner).exists() && !owner.is_empty() {
+                        bail!(
+                            "another hla process (pid {owner}) is training into {}",
+                            self.0.display()
+                        );
+                    }
+                    std::fs::remove_file(&path).with_context(|| {
+                        format!("cannot clear the stale lock {}", path.display())
+                    })?;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot lock {}", self.0.display()));
+                }
+            }
+        }
+        bail!("cannot lock {}", self.0.display())
+    }
+
+    /// Removes everything in the run directory but its lock (`--force`).
+    pub fn clear(&self) -> Result<()> {
+        let entries = std::fs::read_dir(&self.0)
+            .with_context(|| format!("cannot read {}", self.0.display()))?;
+        for entry in entries {
+            let path = entry?.path();
+            if path.file_name().is_some_and(|n| n == "run.lock") {
+                continue;
+            }
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.with_context(|| format!("cannot clear {}", path.display()))?;
+        }
+        Ok(())
     }
 
     /// The resolved config the run was trained with.

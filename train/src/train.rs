@@ -72,19 +72,20 @@ pub fn run(args: &Args) -> Result<()> {
             .config
             .as_ref()
             .expect("clap requires --config without --resume");
-        let config = RunConfig::load(path, &args.overrides)?;
+        RunConfig::load(path, &args.overrides)?
+    };
+    let _lock = run.lock()?;
+    if !args.resume {
         if run.config().exists() && !args.force {
             bail!(
                 "{} already holds a run; pass --resume to continue it or --force to start over",
                 out.display()
             );
         }
-        if args.force && out.exists() {
-            std::fs::remove_dir_all(&out)
-                .with_context(|| format!("cannot clear {}", out.display()))?;
+        if args.force {
+            run.clear()?;
         }
-        config
-    };
+    }
     let data = Data::load(&config)?;
     std::fs::create_dir_all(&out)
         .with_context(|| format!("cannot create the run directory {}", out.display()))?;

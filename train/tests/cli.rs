@@ -228,3 +228,23 @@ fn mistakes_exit_with_clear_messages() {
         );
     }
 }
+
+/// A run directory is locked while training: a second process is refused; a lock whose
+/// process is gone is taken over.
+#[test]
+fn run_directories_are_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path(), "linear");
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let (config, run_str) = (config.to_str().unwrap(), run.to_str().unwrap());
+    // A live process (this test) holds the lock.
+    std::fs::write(run.join("run.lock"), std::process::id().to_string()).unwrap();
+    let refused = hla(dir.path(), &["train", "--config", config, "--out", run_str]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is training into"));
+    // A stale lock (no such process) is taken over, and released at the end.
+    std::fs::write(run.join("run.lock"), "999999999").unwrap();
+    ok(dir.path(), &["train", "--config", config, "--out", run_str]);
+    assert!(!run.join("run.lock").exists());
+}
