@@ -95,10 +95,9 @@ pub fn run(args: &Args) -> Result<()> {
     let t = &config.train;
     let epochs = t.steps.div_ceil(t.eval_interval);
     let items_per_epoch = t.eval_interval * t.grad_accumulation * t.batch_size;
-    let lm = config
-        .model
-        .lm_config(data.vocab_size())
-        .init(&device.clone().autodiff());
+    let autodiff = device.clone().autodiff();
+    autodiff.seed(t.seed);
+    let lm = config.model.lm_config(data.vocab_size()).init(&autodiff);
     println!(
         "training {} ({} parameters) for {} steps on {:?}, into {}",
         config.model.mixer.name(),

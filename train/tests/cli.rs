@@ -248,3 +248,31 @@ fn run_directories_are_locked() {
     ok(dir.path(), &["train", "--config", config, "--out", run_str]);
     assert!(!run.join("run.lock").exists());
 }
+
+/// The same config and seed give the same losses (iteration speed aside).
+#[test]
+fn seeded_runs_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path(), "hla2");
+    let metrics = |name: &str| {
+        let run = dir.path().join(name);
+        ok(
+            dir.path(),
+            &[
+                "train",
+                "--config",
+                config.to_str().unwrap(),
+                "--out",
+                run.to_str().unwrap(),
+            ],
+        );
+        let csv = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+        csv.lines()
+            .filter(|l| !l.contains("iteration_speed"))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (metrics("a"), metrics("b"));
+    assert!(a.len() > 4, "{a:?}");
+    assert_eq!(a, b);
+}
