@@ -130,17 +130,17 @@ impl RunDir {
                 path.display()
             );
         }
-        config
-            .model
-            .lm_config(vocab_size)
-            .init(device)
-            .try_load_file(&path)
-            .with_context(|| {
-                format!(
-                    "cannot load {} (truncated, or another architecture?)",
-                    path.display()
-                )
-            })
+        let model = config.model.lm_config(vocab_size).init(device);
+        model.try_load_file(&path).map_err(|e| {
+            // A record of another architecture lists every mismatch; the first one tells.
+            let reason = e.to_string();
+            let first = reason.split("\", \"").next().unwrap_or(&reason);
+            anyhow::anyhow!(
+                "cannot load {} (truncated, or trained with another config?): {}",
+                path.display(),
+                first.chars().take(240).collect::<String>()
+            )
+        })
     }
 
     /// The highest checkpoint epoch written by burn-train, if any.
