@@ -67,7 +67,7 @@ impl Evaluation {
 pub fn run(args: &Args) -> Result<()> {
     let device = crate::device::parse(&args.device)?;
     let run = RunDir::new(&args.run);
-    let config = run.load_config()?;
+    let config = run.load_config(&[])?;
     let data = Data::load(&config)?;
     let lm = run.load_model(&config, data.vocab_size(), &device)?;
     let result = evaluate(

@@ -33,7 +33,7 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let run = RunDir::new(&args.run);
-    let config = run.load_config()?;
+    let config = run.load_config(&[])?;
     let vocab_size = if run.tokenizer().exists() {
         Tokenizer::load(&run.tokenizer())?.vocab_size()
     } else {

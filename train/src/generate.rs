@@ -43,7 +43,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let device = crate::device::parse(&args.device)?;
     let run = RunDir::new(&args.run);
-    let config = run.load_config()?;
+    let config = run.load_config(&[])?;
     if !run.tokenizer().exists() {
         bail!(
             "{} has no tokenizer (an MQAR run?): generate needs a text run",

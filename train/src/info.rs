@@ -27,7 +27,7 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<()> {
     let config = match (&args.config, &args.run) {
         (Some(path), _) => RunConfig::load(path, &args.overrides)?,
-        (None, Some(run)) => RunConfig::load(&RunDir::new(run).config(), &args.overrides)?,
+        (None, Some(run)) => RunDir::new(run).load_config(&args.overrides)?,
         (None, None) => unreachable!("clap requires --config or --run"),
     };
     let vocab_size = match config.data.task()? {

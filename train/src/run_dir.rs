@@ -7,7 +7,7 @@ use burn::module::Module;
 use burn::prelude::*;
 use hla_model::lm::Lm;
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, UsageError};
 
 pub struct RunDir(PathBuf);
 
@@ -109,15 +109,16 @@ impl RunDir {
         Ok(())
     }
 
-    /// The resolved config the run was trained with.
-    pub fn load_config(&self) -> Result<RunConfig> {
+    /// The resolved config the run was trained with, with `overrides` applied.
+    pub fn load_config(&self, overrides: &[String]) -> Result<RunConfig> {
         if !self.config().exists() {
-            bail!(
+            let error = anyhow::anyhow!(
                 "{} is not a run directory (no config.toml)",
                 self.0.display()
             );
+            return Err(UsageError::from(error).into());
         }
-        RunConfig::load(&self.config(), &[])
+        RunConfig::load(&self.config(), overrides)
     }
 
     /// The trained model (weights of `model.bpk` into the architecture of the config).

@@ -65,8 +65,7 @@ pub fn run(args: &Args) -> Result<()> {
     let run = RunDir::new(&out);
     let config = if args.resume {
         // The run's own config, with any overrides (e.g. more steps).
-        run.load_config()?;
-        RunConfig::load(&run.config(), &args.overrides)?
+        run.load_config(&args.overrides)?
     } else {
         let path = args
             .config

@@ -214,7 +214,7 @@ fn mistakes_exit_with_clear_messages() {
         ),
         (
             &["eval", "--run", missing_run.to_str().unwrap()],
-            1,
+            2,
             "is not a run directory",
         ),
     ];
