@@ -22,7 +22,9 @@ use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{
     AccuracyMetric, IterationSpeedMetric, LearningRateMetric, LossMetric, PerplexityMetric,
 };
-use burn::train::{Learner, MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining};
+use burn::train::{
+    Interrupter, Learner, MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining,
+};
 use hla_model::lm::MixerKind;
 
 use crate::config::RunConfig;
@@ -30,7 +32,7 @@ use crate::data::Data;
 use crate::eval::{self, Mode};
 use crate::renderer::QuietRenderer;
 use crate::run_dir::{RunDir, write_atomic};
-use crate::trainee::Trainee;
+use crate::trainee::{NanGuard, Trainee};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -107,9 +109,6 @@ pub fn run(args: &Args) -> Result<()> {
     );
     // Parameters initialise lazily; draw them now, in order, from the seeded generator.
     lm.visit(&mut Materialize);
-    let model = Trainee { lm };
-    let optimizer = optimizer(&config, &model);
-    let scheduler = scheduler(&config)?;
     let resume_epoch = if args.resume {
         run.last_checkpoint()
     } else {
@@ -123,6 +122,13 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let done_epochs = resume_epoch.unwrap_or(0);
     let first_step = done_epochs * t.eval_interval;
+    let interrupter = Interrupter::new();
+    let model = Trainee {
+        lm,
+        guard: NanGuard::new(interrupter.clone(), first_step, t.grad_accumulation),
+    };
+    let optimizer = optimizer(&config, &model);
+    let scheduler = scheduler(&config)?;
     let mut training = SupervisedTraining::new(
         run.path(),
         data.train_loader(
@@ -169,6 +175,7 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(epoch) = resume_epoch {
         training = training.checkpoint(epoch);
     }
+    training = training.with_interrupter(interrupter);
     if !std::io::stdout().is_terminal() {
         training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));
     }
@@ -176,6 +183,14 @@ pub fn run(args: &Args) -> Result<()> {
     let result = training.launch(Learner::new(model, optimizer, scheduler));
     if let Some(error) = result.error {
         bail!("training stopped: {error}");
+    }
+    if let Some(stop) = result.interrupted {
+        bail!(
+            "training stopped: {}; the last good checkpoint stays in {} (continue with --resume, \
+             perhaps with a lower --set train.lr)",
+            stop.reason.unwrap_or_else(|| "interrupted".into()),
+            run.checkpoints().display()
+        );
     }
     let seconds = started.elapsed().as_secs_f64();
     let lm = result.model.lm;

@@ -1,6 +1,10 @@
 //! The language model as burn-train sees it: one batch in, loss and logits out.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use burn::prelude::*;
+use burn::train::Interrupter;
 use burn::train::{InferenceStep, SequenceOutput, TrainOutput, TrainStep};
 use hla_data::batch::LmBatch;
 use hla_model::lm::{Lm, token_nll};
@@ -8,6 +12,46 @@ use hla_model::lm::{Lm, token_nll};
 #[derive(Module, Debug)]
 pub struct Trainee {
     pub lm: Lm,
+    #[module(skip)]
+    pub guard: NanGuard,
+}
+
+/// Stops training at the first non-finite loss, naming the optimiser step.
+#[derive(Clone, Default)]
+pub struct NanGuard {
+    interrupter: Option<Interrupter>,
+    batches: Arc<AtomicUsize>,
+    first_step: usize,
+    accumulation: usize,
+}
+
+impl std::fmt::Debug for NanGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NanGuard")
+    }
+}
+
+impl NanGuard {
+    pub fn new(interrupter: Interrupter, first_step: usize, accumulation: usize) -> Self {
+        Self {
+            interrupter: Some(interrupter),
+            batches: Arc::default(),
+            first_step,
+            accumulation,
+        }
+    }
+
+    fn check(&self, loss: &Tensor<1>) {
+        let Some(interrupter) = &self.interrupter else {
+            return;
+        };
+        let batch = self.batches.fetch_add(1, Ordering::SeqCst);
+        let value = loss.clone().into_scalar::<f32>();
+        if !value.is_finite() {
+            let step = self.first_step + batch / self.accumulation.max(1) + 1;
+            interrupter.stop(Some(&format!("the loss became {value} at step {step}")));
+        }
+    }
 }
 
 impl Trainee {
@@ -43,6 +87,7 @@ impl TrainStep for Trainee {
 
     fn step(&self, batch: LmBatch) -> TrainOutput<SequenceOutput> {
         let output = self.forward_batch(batch);
+        self.guard.check(&output.loss);
         TrainOutput::new(self, output.loss.backward(), output)
     }
 }

@@ -276,3 +276,28 @@ fn seeded_runs_repeat() {
     assert!(a.len() > 4, "{a:?}");
     assert_eq!(a, b);
 }
+
+/// A diverging run stops at the first non-finite loss, names the step, and writes no model.
+#[test]
+fn non_finite_loss_stops_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path(), "hla2");
+    let run = dir.path().join("run");
+    let args = [
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+        "--set",
+        "model.init_std=1e30",
+    ];
+    let output = hla(dir.path(), &args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the loss became") && stderr.contains("at step"),
+        "{stderr}"
+    );
+    assert!(!run.join("model.bpk").exists());
+}
