@@ -73,7 +73,8 @@ impl Span {
     }
 }
 
-/// Random windows of `context + 1` tokens (nanoGPT's `get_batch`): window `i` starts at a
+/// Random windows of `context + 1` tokens (nanoGPT's `get_batch`, and its validation
+/// estimate): window `i` starts at a
 /// position drawn from a generator seeded with `(seed, i)`, so the data does not depend on
 /// the order or the thread it is read in. An epoch is `windows` windows.
 pub struct RandomWindows {
@@ -90,7 +91,7 @@ impl RandomWindows {
         windows: usize,
         seed: u64,
     ) -> Result<Self, DataError> {
-        let span = Span::new("training", tokens, split, context)?;
+        let span = Span::new("validation", tokens, split, context)?;
         Ok(Self {
             span,
             windows,

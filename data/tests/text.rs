@@ -104,7 +104,7 @@ fn bad_corpora_are_clear_errors() {
         .unwrap();
     assert_eq!(
         err.to_string(),
-        "the training split has 5 tokens, fewer than the 6 one window needs (context + 1)"
+        "the validation split has 5 tokens, fewer than the 6 one window needs (context + 1)"
     );
     assert!(FullPass::new(tokens, 0..5, 4).is_ok());
 }

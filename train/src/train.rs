@@ -88,10 +88,6 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     let data = Data::load(&config)?;
-    std::fs::create_dir_all(&out)
-        .with_context(|| format!("cannot create the run directory {}", out.display()))?;
-    write_atomic(&run.config(), config.to_toml().as_bytes())?;
-    data.save_tokenizer(&run.tokenizer())?;
 
     let t = &config.train;
     let epochs = t.steps.div_ceil(t.eval_interval);
@@ -129,32 +125,35 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let optimizer = optimizer(&config, &model);
     let scheduler = scheduler(&config)?;
-    let mut training = SupervisedTraining::new(
-        run.path(),
-        data.train_loader(
-            &config,
-            items_per_epoch,
-            (done_epochs * items_per_epoch) as u64,
-        )?,
-        data.valid_loader(&config, t.seed.wrapping_add(1))?,
-    )
-    .metrics((LossMetric::new(),))
-    .metric_train_numeric(LearningRateMetric::new())
-    .metric_train_numeric(IterationSpeedMetric::new())
-    .with_checkpointing_strategy(
-        ComposedCheckpointingStrategy::builder()
-            .add(KeepLastNCheckpoints::new(t.keep_checkpoints.max(1)))
-            .add(MetricCheckpointingStrategy::new(
-                &LossMetric::new(),
-                Aggregate::Mean,
-                Direction::Lowest,
-                Split::Valid,
-            ))
-            .build(),
-    )
-    .with_default_checkpointers()
-    .grads_accumulation(t.grad_accumulation)
-    .num_epochs(epochs);
+    // Build the data first: a corpus too short for a window fails before anything is written.
+    let train_loader = data.train_loader(
+        &config,
+        items_per_epoch,
+        (done_epochs * items_per_epoch) as u64,
+    )?;
+    let valid_loader = data.valid_loader(&config, t.seed.wrapping_add(1))?;
+    std::fs::create_dir_all(&out)
+        .with_context(|| format!("cannot create the run directory {}", out.display()))?;
+    write_atomic(&run.config(), config.to_toml().as_bytes())?;
+    data.save_tokenizer(&run.tokenizer())?;
+    let mut training = SupervisedTraining::new(run.path(), train_loader, valid_loader)
+        .metrics((LossMetric::new(),))
+        .metric_train_numeric(LearningRateMetric::new())
+        .metric_train_numeric(IterationSpeedMetric::new())
+        .with_checkpointing_strategy(
+            ComposedCheckpointingStrategy::builder()
+                .add(KeepLastNCheckpoints::new(t.keep_checkpoints.max(1)))
+                .add(MetricCheckpointingStrategy::new(
+                    &LossMetric::new(),
+                    Aggregate::Mean,
+                    Direction::Lowest,
+                    Split::Valid,
+                ))
+                .build(),
+        )
+        .with_default_checkpointers()
+        .grads_accumulation(t.grad_accumulation)
+        .num_epochs(epochs);
     // MQAR scores only the query positions: accuracy there; perplexity is for text.
     training = if data.is_mqar() {
         training.metrics((AccuracyMetric::new().with_pad_token(0),))

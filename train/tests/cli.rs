@@ -301,3 +301,188 @@ fn non_finite_loss_stops_training() {
     );
     assert!(!run.join("model.bpk").exists());
 }
+
+/// Every bad input gets one clear message and its exit status (2: usage or config, 1: a
+/// failure while running), never a panic, and leaves what is on disk alone.
+#[test]
+fn every_bad_input_has_one_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = tiny_config(d, "hla2");
+    let run = d.join("run");
+    let (config_s, run_s) = (
+        config.to_str().unwrap().to_string(),
+        run.to_str().unwrap().to_string(),
+    );
+    ok(d, &["train", "--config", &config_s, "--out", &run_s]);
+    let weights = std::fs::read(run.join("model.bpk")).unwrap();
+
+    let write = |name: &str, text: &[u8]| {
+        let path = d.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let base = std::fs::read_to_string(&config).unwrap();
+    let malformed = write("malformed.toml", b"[model\n");
+    let unknown = write("unknown.toml", format!("{base}\nbatch = 3\n").as_bytes());
+    let no_data = write("no-data.toml", b"[model]\nmixer = \"hla2\"\n");
+    let empty = write("empty.txt", b"");
+    let short = write("short.txt", b"abc");
+    let binary = write("binary.txt", &[b'o', b'k', 0xff]);
+    // A copy of the run whose config describes another architecture.
+    let other = d.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    for file in ["config.toml", "model.bpk", "tokenizer.json"] {
+        std::fs::copy(run.join(file), other.join(file)).unwrap();
+    }
+    let other_config = std::fs::read_to_string(other.join("config.toml"))
+        .unwrap()
+        .replace("d_model = 32", "d_model = 64");
+    std::fs::write(other.join("config.toml"), other_config).unwrap();
+    let truncated = d.join("truncated");
+    std::fs::create_dir_all(&truncated).unwrap();
+    for file in ["config.toml", "tokenizer.json"] {
+        std::fs::copy(run.join(file), truncated.join(file)).unwrap();
+    }
+    std::fs::write(truncated.join("model.bpk"), &weights[..weights.len() / 2]).unwrap();
+    let (other_s, truncated_s) = (
+        other.to_str().unwrap().to_string(),
+        truncated.to_str().unwrap().to_string(),
+    );
+    let fresh = d.join("fresh").to_str().unwrap().to_string();
+    let train = |sets: &[&str]| {
+        let mut args = vec![
+            "train".to_string(),
+            "--config".into(),
+            config_s.clone(),
+            "--out".into(),
+            fresh.clone(),
+        ];
+        for set in sets {
+            args.extend(["--set".to_string(), set.to_string()]);
+        }
+        args
+    };
+    let corpus = |path: &str| format!("data.corpus=\"{path}\"");
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (
+            vec!["info".into(), "--config".into(), malformed],
+            2,
+            "TOML parse error at line 1",
+        ),
+        (
+            vec!["info".into(), "--config".into(), unknown],
+            2,
+            "unknown field `batch`",
+        ),
+        (
+            vec!["info".into(), "--config".into(), no_data],
+            2,
+            "missing field `data`",
+        ),
+        (
+            train(&["model.d_model=31"]),
+            2,
+            "model.n_heads must be a divisor of d_model",
+        ),
+        (
+            train(&["model.chunk_size=0"]),
+            2,
+            "model.chunk_size must be at least 1",
+        ),
+        (
+            train(&["train.lr=-0.1"]),
+            2,
+            "train.lr must be positive and finite",
+        ),
+        (
+            train(&["model.mixer=softmax", "model.max_seq_len=16"]),
+            2,
+            "longer than model.max_seq_len",
+        ),
+        (
+            train(&[&corpus("/no/such/corpus.txt")]),
+            1,
+            "no such file or directory",
+        ),
+        (train(&[&corpus(&empty)]), 1, "is empty"),
+        (
+            train(&[&corpus(&short)]),
+            1,
+            "fewer than the 33 one window needs",
+        ),
+        (train(&[&corpus(&binary)]), 1, "is not valid UTF-8"),
+        (
+            vec!["eval".into(), "--run".into(), truncated_s],
+            1,
+            "cannot load",
+        ),
+        (
+            vec!["eval".into(), "--run".into(), other_s],
+            1,
+            "trained with another config",
+        ),
+        (
+            vec![
+                "generate".into(),
+                "--run".into(),
+                run_s.clone(),
+                "--prompt".into(),
+                "Zebra".into(),
+            ],
+            1,
+            "'Z' is not in the vocabulary",
+        ),
+        (
+            vec![
+                "train".into(),
+                "--config".into(),
+                config_s.clone(),
+                "--out".into(),
+                "/proc/hla-run".into(),
+            ],
+            1,
+            "cannot create",
+        ),
+        (
+            vec![
+                "train".into(),
+                "--config".into(),
+                config_s.clone(),
+                "--out".into(),
+                run_s.clone(),
+            ],
+            1,
+            "already holds a run",
+        ),
+        (
+            vec!["verify".into(), "--device".into(), "tpu".into()],
+            2,
+            "unknown device",
+        ),
+        (
+            vec!["verify".into(), "--device".into(), "wgpu".into()],
+            2,
+            "not compiled into this build",
+        ),
+    ];
+    for (args, code, message) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = hla(d, &args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(message),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(run.join("model.bpk")).unwrap(),
+        weights,
+        "the existing run is untouched"
+    );
+}
