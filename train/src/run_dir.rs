@@ -3,8 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use burn::lr_scheduler::LrSchedulerRecord;
 use burn::module::Module;
+use burn::optim::OptimizerRecord;
 use burn::prelude::*;
+use burn::store::ModuleRecord;
 use hla_model::lm::Lm;
 
 use crate::config::{RunConfig, UsageError};
@@ -144,9 +147,10 @@ impl RunDir {
         })
     }
 
-    /// The highest checkpoint epoch written by burn-train, if any.
+    /// The newest checkpoint whose model, optimizer and scheduler files all read back: a run
+    /// killed while burn-train wrote a checkpoint resumes from the one before.
     pub fn last_checkpoint(&self) -> Option<usize> {
-        std::fs::read_dir(self.checkpoints())
+        let mut epochs: Vec<usize> = std::fs::read_dir(self.checkpoints())
             .ok()?
             .filter_map(|e| {
                 let name = e.ok()?.file_name().into_string().ok()?;
@@ -155,7 +159,19 @@ impl RunDir {
                     .parse()
                     .ok()
             })
-            .max()
+            .collect();
+        epochs.sort_unstable();
+        epochs
+            .into_iter()
+            .rev()
+            .find(|&epoch| self.checkpoint_reads(epoch))
+    }
+
+    fn checkpoint_reads(&self, epoch: usize) -> bool {
+        let file = |name: &str| self.checkpoints().join(format!("{name}-{epoch}.bpk"));
+        ModuleRecord::load(file("model")).is_ok()
+            && OptimizerRecord::load(file("optim")).is_ok()
+            && LrSchedulerRecord::load(file("scheduler")).is_ok()
     }
 }
 

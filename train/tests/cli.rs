@@ -249,32 +249,104 @@ fn run_directories_are_locked() {
     assert!(!run.join("run.lock").exists());
 }
 
-/// The same config and seed give the same losses (iteration speed aside).
+/// The same config and seed give bit-identical losses, batch by batch, for 50 steps.
 #[test]
 fn seeded_runs_repeat() {
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_config(dir.path(), "hla2");
-    let metrics = |name: &str| {
+    let losses = |name: &str| {
         let run = dir.path().join(name);
-        ok(
-            dir.path(),
-            &[
-                "train",
-                "--config",
-                config.to_str().unwrap(),
-                "--out",
-                run.to_str().unwrap(),
-            ],
-        );
-        let csv = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
-        csv.lines()
-            .filter(|l| !l.contains("iteration_speed"))
-            .map(String::from)
-            .collect::<Vec<_>>()
+        let args = [
+            "train",
+            "--config",
+            config.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+            "--set",
+            "train.steps=50",
+            "--set",
+            "train.eval_interval=25",
+        ];
+        ok(dir.path(), &args);
+        [
+            "train/epoch-1/Loss.log",
+            "train/epoch-2/Loss.log",
+            "valid/epoch-2/Loss.log",
+        ]
+        .map(|log| std::fs::read_to_string(run.join(log)).unwrap())
     };
-    let (a, b) = (metrics("a"), metrics("b"));
-    assert!(a.len() > 4, "{a:?}");
+    let (a, b) = (losses("a"), losses("b"));
+    assert_eq!(
+        a[0].lines().count() + a[1].lines().count(),
+        52,
+        "50 batches and 2 epoch means"
+    );
     assert_eq!(a, b);
+}
+
+/// Killed at any moment (SIGKILL), a run resumes from its last complete checkpoint and
+/// reaches its final step; every checkpoint left reads back.
+#[test]
+fn killed_runs_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path(), "hla2");
+    let run = dir.path().join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hla"))
+        .args([
+            "train",
+            "--config",
+            config.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+        ])
+        .args([
+            "--set",
+            "train.steps=400",
+            "--set",
+            "train.eval_interval=20",
+        ])
+        .env("HLA_DATA_DIR", dir.path())
+        .env("HLA_CACHE_DIR", dir.path().join("cache"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !run.join("checkpoint/model-3.bpk").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint within two minutes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL on Unix
+    child.wait().unwrap();
+    assert!(!run.join("model.bpk").exists(), "killed before the end");
+
+    let log = ok(
+        dir.path(),
+        &["train", "--out", run.to_str().unwrap(), "--resume"],
+    );
+    assert!(
+        log.contains("resuming at step") && log.contains("step    400/400"),
+        "{log}"
+    );
+    for entry in std::fs::read_dir(run.join("checkpoint")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let reads = if name.starts_with("model-") {
+            burn::store::ModuleRecord::load(&path).is_ok()
+        } else if name.starts_with("optim-") {
+            burn::optim::OptimizerRecord::load(&path).is_ok()
+        } else {
+            burn::lr_scheduler::LrSchedulerRecord::load(&path).is_ok()
+        };
+        assert!(reads, "{name} does not read back");
+    }
+    let eval = ok(
+        dir.path(),
+        &["eval", "--run", run.to_str().unwrap(), "--json"],
+    );
+    assert!(eval.contains("\"loss\""), "{eval}");
 }
 
 /// A diverging run stops at the first non-finite loss, names the step, and writes no model.
