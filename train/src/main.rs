@@ -1,5 +1,6 @@
 //! `hla`: train, evaluate and verify Higher-order Linear Attention models.
 
+mod checkpoint;
 mod config;
 mod data;
 mod device;

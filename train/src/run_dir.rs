@@ -93,6 +93,23 @@ impl RunDir {
         bail!("cannot lock {}", self.0.display())
     }
 
+    /// Removes temporary files a killed run left half-written (`*.tmp`, here and in
+    /// `checkpoint/`): every file that stays reads back.
+    pub fn remove_partial_files(&self) -> Result<()> {
+        for dir in [self.0.clone(), self.checkpoints()] {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+                if path.extension().is_some_and(|e| e == "tmp") {
+                    std::fs::remove_file(&path)
+                        .with_context(|| format!("cannot remove {}", path.display()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Removes everything in the run directory but its lock (`--force`).
     pub fn clear(&self) -> Result<()> {
         let entries = std::fs::read_dir(&self.0)

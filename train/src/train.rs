@@ -27,6 +27,7 @@ use burn::train::{
 };
 use hla_model::lm::MixerKind;
 
+use crate::checkpoint::AtomicCheckpointer;
 use crate::config::RunConfig;
 use crate::data::Data;
 use crate::eval::{self, Mode};
@@ -76,6 +77,7 @@ pub fn run(args: &Args) -> Result<()> {
         RunConfig::load(path, &args.overrides)?
     };
     let _lock = run.lock()?;
+    run.remove_partial_files()?;
     if !args.resume {
         if run.config().exists() && !args.force {
             bail!(
@@ -151,7 +153,11 @@ pub fn run(args: &Args) -> Result<()> {
                 ))
                 .build(),
         )
-        .with_default_checkpointers()
+        .with_custom_checkpointers(
+            AtomicCheckpointer::new(run.checkpoints(), "model"),
+            AtomicCheckpointer::new(run.checkpoints(), "optim"),
+            AtomicCheckpointer::new(run.checkpoints(), "scheduler"),
+        )
         .grads_accumulation(t.grad_accumulation)
         .num_epochs(epochs);
     // MQAR scores only the query positions: accuracy there; perplexity is for text.
