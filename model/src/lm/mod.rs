@@ -12,7 +12,6 @@ mod mixer;
 pub use mixer::MixerState;
 
 use burn::module::Initializer;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm,
     RmsNormConfig,
@@ -310,11 +309,7 @@ impl Lm {
 
     /// Mean cross-entropy of `logits = forward(inputs)` against `targets [batch, time]`.
     pub fn loss(&self, inputs: Tensor<2, Int>, targets: Tensor<2, Int>) -> Tensor<1> {
-        let logits = self.forward(inputs);
-        let [b, t, v] = logits.dims();
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.reshape([b * t, v]), targets.reshape([b * t]))
+        token_nll(self.forward(inputs), targets).mean()
     }
 
     /// Floats of recurrent state per sequence, per layer, after `context` tokens (constant
