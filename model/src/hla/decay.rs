@@ -1,66 +1,103 @@
-//! Decay factors over a span of tokens (one chunk, or the whole sequence for the
-//! reference forms), spec §6.
+//! Decay factors over spans of tokens (one chunk, every chunk at once, or the whole
+//! sequence for the reference forms), spec §6.
 //!
 //! With gates `g_s` and `b_τ = Σ_{s≤τ} log g_s` counted from the span's start:
 //! `a_τ = exp(b_τ)` (decay from the start to τ), `e_τ = exp(b_last − b_τ)` (from τ to the
 //! end), `ρ = a_last`, and the mask `D_{τσ} = exp(b_τ − b_σ)` for σ ≤ τ, else 0. Every
 //! exponent is a difference that is ≤ 0, so nothing overflows. Without gates all factors
 //! are 1 and `D` is the causal mask `L`.
+//!
+//! The span is dimension `D − 2` of every tensor, so the same code serves `[batch, heads,
+//! span, n]` and the chunked layout `[batch, heads, chunks, span, n]`.
+
+use std::cell::OnceCell;
 
 use burn::prelude::*;
 
-pub(crate) struct Decay {
-    /// `b`, `[batch or 1, heads or 1, span, 1]`; `None` without gates.
-    b: Option<Tensor<4>>,
+pub(crate) struct Decay<const D: usize> {
+    gates: Option<Gates<D>>,
 }
 
-impl Decay {
+struct Gates<const D: usize> {
+    /// `b`, `[.., span, 1]`.
+    b: Tensor<D>,
+    /// `D`, `[.., span, span]`, built on first use and shared by every power.
+    mask: OnceCell<Tensor<D>>,
+}
+
+impl Decay<4> {
+    /// Over the whole span of `log_g [batch or 1, heads or 1, span]`.
     pub(crate) fn over(log_g: Option<&Tensor<3>>) -> Self {
+        Self::from_log_gates(log_g.map(|g| g.clone().unsqueeze_dim(3)))
+    }
+}
+
+impl<const D: usize> Decay<D> {
+    /// From log gates `[.., span, 1]`; `None` without gates.
+    pub(crate) fn from_log_gates(log_g: Option<Tensor<D>>) -> Self {
         Self {
-            b: log_g.map(|g| g.clone().cumsum(2).unsqueeze_dim(3)),
+            gates: log_g.map(|g| Gates {
+                b: g.cumsum(D - 2),
+                mask: OnceCell::new(),
+            }),
         }
     }
 
     /// `diag(a^p) x` for `x [.., span, n]`.
-    pub(crate) fn since_start(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match &self.b {
+    pub(crate) fn since_start(&self, x: Tensor<D>, p: f64) -> Tensor<D> {
+        match &self.gates {
             None => x,
-            Some(b) => x * (b.clone() * p).exp(),
+            Some(g) => x * (g.b.clone() * p).exp(),
         }
     }
 
     /// `diag(e^p) x` for `x [.., span, n]`.
-    pub(crate) fn until_end(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match &self.b {
+    pub(crate) fn until_end(&self, x: Tensor<D>, p: f64) -> Tensor<D> {
+        match &self.gates {
             None => x,
-            Some(b) => {
-                let last = b.dims()[2] - 1;
-                let b_last = b.clone().slice(s![.., .., last..=last, ..]);
-                x * ((b_last - b.clone()) * p).exp()
-            }
+            Some(g) => x * ((g.last() - g.b.clone()) * p).exp(),
         }
     }
 
     /// `ρ^p x` for a state `x [.., rows, cols]`.
-    pub(crate) fn whole(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match &self.b {
+    pub(crate) fn whole(&self, x: Tensor<D>, p: f64) -> Tensor<D> {
+        match self.log_rho(p) {
             None => x,
-            Some(b) => {
-                let last = b.dims()[2] - 1;
-                x * (b.clone().slice(s![.., .., last..=last, ..]) * p).exp()
-            }
+            Some(log_rho) => x * log_rho.exp(),
         }
     }
 
+    /// `log ρ^p`, `[.., 1, 1]`; `None` without gates.
+    pub(crate) fn log_rho(&self, p: f64) -> Option<Tensor<D>> {
+        self.gates.as_ref().map(|g| g.last() * p)
+    }
+
     /// `x ⊙ D^p` for `x [.., span, span]`.
-    pub(crate) fn mask(&self, x: Tensor<4>, p: f64) -> Tensor<4> {
-        match &self.b {
+    pub(crate) fn mask(&self, x: Tensor<D>, p: u32) -> Tensor<D> {
+        match &self.gates {
             None => x.tril(0),
-            Some(b) => {
-                let diff = b.clone() - b.clone().swap_dims(2, 3);
-                // Zero the upper triangle before exp so its positive exponents never overflow.
-                x * (diff * p).tril(0).exp().tril(0)
+            Some(g) => {
+                let d = g.mask();
+                (1..p).fold(x * d.clone(), |acc, _| acc * d.clone())
             }
         }
+    }
+}
+
+impl<const D: usize> Gates<D> {
+    /// `b_last`, `[.., 1, 1]`.
+    fn last(&self) -> Tensor<D> {
+        let span = self.b.dims()[D - 2];
+        self.b.clone().narrow(D - 2, span - 1, 1)
+    }
+
+    fn mask(&self) -> Tensor<D> {
+        self.mask
+            .get_or_init(|| {
+                let diff = self.b.clone() - self.b.clone().transpose();
+                // Zero the upper triangle before exp so its positive exponents never overflow.
+                diff.tril(0).exp().tril(0)
+            })
+            .clone()
     }
 }

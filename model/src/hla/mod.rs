@@ -29,6 +29,7 @@
 //! the value-side state (`Z`, `Y`, `E`).
 
 pub mod ahla;
+mod chunks;
 mod decay;
 pub mod first;
 mod input;

@@ -1,5 +1,5 @@
-//! The chunk-parallel form of AHLA (spec §7, with `R_{≤t}`, gated). Per chunk, with
-//! `A^γ = D ⊙ (Q Kᵀ)` and the inclusive per-token rows `B_u = q_uᵀ P_u`:
+//! The chunk-parallel form of AHLA (spec §7, with `R_{≤t}`, gated), every chunk at once.
+//! Per chunk, with `A^γ = D ⊙ (Q Kᵀ)` and the inclusive per-token rows `B_u = q_uᵀ P_u`:
 //!
 //! ```text
 //! B   = diag(a) Q P + A^γ V
@@ -8,29 +8,33 @@
 //! P  ← ρ P + Kᵀ diag(e) V
 //! ```
 //!
+//! `P` and `E` at the start of every chunk come from scans over the chunks' updates (`P`
+//! first: `B` needs it, and `E`'s update needs `B`).
+//!
 //! Without decay this is the spec's `O_c = Q_c E + ((Q_c K_cᵀ) ⊙ L)(Q_c P) + ((A_c A_c) ⊙ L) V_c`,
 //! with `(A_c A_c) V_c` computed as `A_c (A_c V_c)`: no C³ product.
 
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, decay::Decay, spans};
+use crate::hla::{HlaInput, chunks::Chunks};
 
-/// Chunk by chunk, `chunk` tokens at a time (the last chunk may be shorter).
-/// `input`: see [`HlaInput`]; returns `o [batch, heads, time, dv]` and the final state.
+/// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
+/// returns `o [batch, heads, time, dv]` and the final state.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    spans::scan(input, state, chunk, chunk_step)
-}
+    let chunks = Chunks::new(input.time(), chunk);
+    let decay = chunks.decay(input.log_g.as_ref());
+    let q = chunks.split(input.q.clone());
+    let kt = chunks.split(input.k.clone()).transpose();
+    let v = chunks.split(input.v.clone());
 
-fn chunk_step(x: &HlaInput, state: State) -> (Tensor<4>, State) {
-    let HlaInput { q, k, v, log_g } = x.clone();
-    let decay = Decay::over(log_g.as_ref());
-    let kt = k.swap_dims(2, 3);
-    let a_gamma = decay.mask(q.clone().matmul(kt.clone()), 1.0);
-    let b = decay.since_start(q.clone().matmul(state.p.clone()), 1.0)
-        + a_gamma.clone().matmul(v.clone());
-    let o = decay.since_start(q.matmul(state.e.clone()), 1.0) + a_gamma.matmul(b.clone());
-    let e = decay.whole(state.e, 1.0) + kt.clone().matmul(decay.until_end(b, 1.0));
-    let p = decay.whole(state.p, 1.0) + kt.matmul(decay.until_end(v, 1.0));
-    (o, State { p, e })
+    let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
+    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
+    let a_gamma = decay.mask(q.clone().matmul(kt.clone()), 1);
+    let b = decay.since_start(q.clone().matmul(p_start), 1.0) + a_gamma.clone().matmul(v);
+
+    let de = kt.matmul(decay.until_end(b.clone(), 1.0));
+    let (e_start, e) = chunks.scan(state.e, de, &decay, 1.0);
+    let o = decay.since_start(q.matmul(e_start), 1.0) + a_gamma.matmul(b);
+    (chunks.merge(o), State { p, e })
 }

@@ -16,15 +16,14 @@ pub fn reference(input: &HlaInput, init: State) -> (Tensor<4>, State) {
     let a = qk.clone().tril(0);
     let qp0 = q.clone().matmul(init.p.clone());
     let carried = q.matmul(init.e.clone()) + a.clone().matmul(qp0.clone());
-    let o =
-        decay.since_start(carried, 1.0) + decay.mask(a.clone().matmul(a), 1.0).matmul(v.clone());
+    let o = decay.since_start(carried, 1.0) + decay.mask(a.clone().matmul(a), 1).matmul(v.clone());
 
     // The state after the sequence, from its definition:
     // P = ρ P₀ + Kᵀ diag(e) V,  E = ρ (E₀ + Kᵀ Q P₀) + Kᵀ diag(e) (A^γ V), A^γ = D ⊙ (Q Kᵀ).
     let kt = k.swap_dims(2, 3);
     let within = kt
         .clone()
-        .matmul(decay.until_end(decay.mask(qk, 1.0).matmul(v.clone()), 1.0));
+        .matmul(decay.until_end(decay.mask(qk, 1).matmul(v.clone()), 1.0));
     let e = decay.whole(init.e + kt.clone().matmul(qp0), 1.0) + within;
     let p = decay.whole(init.p, 1.0) + kt.matmul(decay.until_end(v, 1.0));
     (o, State { p, e })

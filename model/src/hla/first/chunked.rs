@@ -1,18 +1,29 @@
-//! The chunk-parallel form. Per chunk:
+//! The chunk-parallel form, every chunk at once. Per chunk:
 //!
 //! ```text
 //! O   = diag(a) Q S + ((Q Kᵀ) ⊙ D) V
 //! S  ← ρ S + Kᵀ diag(e) V
 //! ```
+//!
+//! with `S` at the start of every chunk from a scan over the chunks' updates.
 
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, spans};
+use crate::hla::{HlaInput, chunks::Chunks};
 
-/// Chunk by chunk, `chunk` tokens at a time (the last chunk may be shorter).
-/// `input`: see [`HlaInput`]; returns `o [batch, heads, time, dv]` and the final state.
+/// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
+/// returns `o [batch, heads, time, dv]` and the final state.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    // Within a chunk the form is the definition with the carried state.
-    spans::scan(input, state, chunk, super::reference)
+    let chunks = Chunks::new(input.time(), chunk);
+    let decay = chunks.decay(input.log_g.as_ref());
+    let q = chunks.split(input.q.clone());
+    let kt = chunks.split(input.k.clone()).transpose();
+    let v = chunks.split(input.v.clone());
+
+    let ds = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
+    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
+    let scores = decay.mask(q.clone().matmul(kt), 1);
+    let o = decay.since_start(q.matmul(s_start), 1.0) + scores.matmul(v);
+    (chunks.merge(o), State { s })
 }

@@ -1,5 +1,6 @@
-//! The chunk-parallel form (spec §5, gated §6). Per chunk, with `W^γ = D ⊙ (Q Kᵀ)` and the
-//! rows `A_u = (S_u q_u)ᵀ` of the inclusive key moment at each token,
+//! The chunk-parallel form (spec §5, gated §6), every chunk at once. Per chunk, with
+//! `W^γ = D ⊙ (Q Kᵀ)` and the rows `A_u = (S_u q_u)ᵀ` of the inclusive key moment at
+//! each token,
 //!
 //! ```text
 //! A   = diag(a) Q Sᵀ + W^γ K
@@ -7,6 +8,9 @@
 //! Z  ← ρ² Z + Aᵀ diag(e²) V
 //! S  ← ρ S + Kᵀ diag(e) K
 //! ```
+//!
+//! `S` and `Z` at the start of every chunk come from scans over the chunks' updates (`S`
+//! first: `A` needs it, and `Z`'s update needs `A`).
 //!
 //! (`Q Sᵀ` has rows `(S q_u)ᵀ`: `S` is symmetric when built from keys, and the
 //! transpose keeps the forms equal for any initial state.)
@@ -17,23 +21,29 @@
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, decay::Decay, spans};
+use crate::hla::{HlaInput, chunks::Chunks};
 
-/// Chunk by chunk, `chunk` tokens at a time (the last chunk may be shorter).
-/// `input`: see [`HlaInput`]; returns `o [batch, heads, time, dv]` and the final state.
+/// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
+/// returns `o [batch, heads, time, dv]` and the final state.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    spans::scan(input, state, chunk, chunk_step)
-}
+    let chunks = Chunks::new(input.time(), chunk);
+    let decay = chunks.decay(input.log_g.as_ref());
+    let q = chunks.split(input.q.clone());
+    let k = chunks.split(input.k.clone());
+    let v = chunks.split(input.v.clone());
+    let kt = k.clone().transpose();
 
-fn chunk_step(x: &HlaInput, state: State) -> (Tensor<4>, State) {
-    let HlaInput { q, k, v, log_g } = x.clone();
-    let decay = Decay::over(log_g.as_ref());
-    let w_gamma = decay.mask(q.clone().matmul(k.clone().swap_dims(2, 3)), 1.0);
-    let a = decay.since_start(q.clone().matmul(state.s.clone().swap_dims(2, 3)), 1.0)
-        + w_gamma.matmul(k.clone());
-    let qa = decay.mask(q.clone().matmul(a.clone().swap_dims(2, 3)), 2.0);
-    let o = decay.since_start(q.matmul(state.z.clone()), 2.0) + qa.matmul(v.clone());
-    let z = decay.whole(state.z, 2.0) + a.swap_dims(2, 3).matmul(decay.until_end(v, 2.0));
-    let s = decay.whole(state.s, 1.0) + k.clone().swap_dims(2, 3).matmul(decay.until_end(k, 1.0));
-    (o, State { s, z })
+    let ds = kt.clone().matmul(decay.until_end(k.clone(), 1.0));
+    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
+    let w_gamma = decay.mask(q.clone().matmul(kt), 1);
+    let a = decay.since_start(q.clone().matmul(s_start.transpose()), 1.0) + w_gamma.matmul(k);
+
+    let dz = a
+        .clone()
+        .transpose()
+        .matmul(decay.until_end(v.clone(), 2.0));
+    let (z_start, z) = chunks.scan(state.z, dz, &decay, 2.0);
+    let qa = decay.mask(q.clone().matmul(a.transpose()), 2);
+    let o = decay.since_start(q.matmul(z_start), 2.0) + qa.matmul(v);
+    (chunks.merge(o), State { s, z })
 }

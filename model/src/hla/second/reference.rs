@@ -14,14 +14,14 @@ pub fn reference(input: &HlaInput, init: State) -> (Tensor<4>, State) {
     let decay = Decay::over(log_g.as_ref());
     let qk = q.clone().matmul(k.clone().swap_dims(2, 3));
     let w = qk.clone().tril(0);
-    let w_gamma = decay.mask(qk, 1.0);
+    let w_gamma = decay.mask(qk, 1);
     let qsq = q
         .clone()
         .matmul(init.s.clone())
         .matmul(q.clone().swap_dims(2, 3));
     let t = decay.since_start(qsq, 1.0) + w_gamma.matmul(w.clone().swap_dims(2, 3));
     let o = decay.since_start(q.clone().matmul(init.z.clone()), 2.0)
-        + decay.mask(t, 1.0).matmul(v.clone());
+        + decay.mask(t, 1).matmul(v.clone());
 
     // The state after the sequence, from its definition:
     // S = ρ S₀ + Kᵀ diag(e) K,

@@ -1,6 +1,6 @@
-//! The chunk-parallel form of D1 (spec §8, gated by product decay). Per chunk, with
-//! `W^γ = D ⊙ (Q Kᵀ)` and the inclusive per-token rows `A_u = (S_u q_u)ᵀ`,
-//! `B_u = q_uᵀ P_u`:
+//! The chunk-parallel form of D1 (spec §8, gated by product decay), every chunk at once.
+//! Per chunk, with `W^γ = D ⊙ (Q Kᵀ)` and the inclusive per-token rows
+//! `A_u = (S_u q_u)ᵀ`, `B_u = q_uᵀ P_u`:
 //!
 //! ```text
 //! A   = diag(a) Q Sᵀ + W^γ K
@@ -9,6 +9,9 @@
 //! Y  ← ρ³ Y + Aᵀ diag(e³) B
 //! S  ← ρ S + Kᵀ diag(e) K ;  P ← ρ P + Kᵀ diag(e) V
 //! ```
+//!
+//! `S`, `P` and `Y` at the start of every chunk come from scans over the chunks' updates
+//! (`S` and `P` first: `Y`'s update needs `A` and `B`).
 //!
 //! (`Q Sᵀ` has rows `(S q_u)ᵀ`: `S` is symmetric when built from keys, and the
 //! transpose keeps the forms equal for any initial state.)
@@ -19,26 +22,33 @@
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, decay::Decay, spans};
+use crate::hla::{HlaInput, chunks::Chunks};
 
-/// Chunk by chunk, `chunk` tokens at a time (the last chunk may be shorter).
-/// `input`: see [`HlaInput`]; returns `o [batch, heads, time, dv]` and the final state.
+/// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
+/// returns `o [batch, heads, time, dv]` and the final state.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    spans::scan(input, state, chunk, chunk_step)
-}
+    let chunks = Chunks::new(input.time(), chunk);
+    let decay = chunks.decay(input.log_g.as_ref());
+    let q = chunks.split(input.q.clone());
+    let k = chunks.split(input.k.clone());
+    let v = chunks.split(input.v.clone());
+    let kt = k.clone().transpose();
 
-fn chunk_step(x: &HlaInput, state: State) -> (Tensor<4>, State) {
-    let HlaInput { q, k, v, log_g } = x.clone();
-    let decay = Decay::over(log_g.as_ref());
-    let kt = k.clone().swap_dims(2, 3);
-    let w_gamma = decay.mask(q.clone().matmul(kt.clone()), 1.0);
-    let a = decay.since_start(q.clone().matmul(state.s.clone().swap_dims(2, 3)), 1.0)
-        + w_gamma.clone().matmul(k.clone());
-    let b = decay.since_start(q.clone().matmul(state.p.clone()), 1.0) + w_gamma.matmul(v.clone());
-    let qa = decay.mask(q.clone().matmul(a.clone().swap_dims(2, 3)), 3.0);
-    let o = decay.since_start(q.matmul(state.y.clone()), 3.0) + qa.matmul(b.clone());
-    let y = decay.whole(state.y, 3.0) + a.swap_dims(2, 3).matmul(decay.until_end(b, 3.0));
-    let s = decay.whole(state.s, 1.0) + kt.clone().matmul(decay.until_end(k, 1.0));
-    let p = decay.whole(state.p, 1.0) + kt.matmul(decay.until_end(v, 1.0));
-    (o, State { s, p, y })
+    let ds = kt.clone().matmul(decay.until_end(k.clone(), 1.0));
+    let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
+    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
+    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
+    let w_gamma = decay.mask(q.clone().matmul(kt), 1);
+    let a =
+        decay.since_start(q.clone().matmul(s_start.transpose()), 1.0) + w_gamma.clone().matmul(k);
+    let b = decay.since_start(q.clone().matmul(p_start), 1.0) + w_gamma.matmul(v);
+
+    let dy = a
+        .clone()
+        .transpose()
+        .matmul(decay.until_end(b.clone(), 3.0));
+    let (y_start, y) = chunks.scan(state.y, dy, &decay, 3.0);
+    let qa = decay.mask(q.clone().matmul(a.transpose()), 3);
+    let o = decay.since_start(q.matmul(y_start), 3.0) + qa.matmul(b);
+    (chunks.merge(o), State { s, p, y })
 }

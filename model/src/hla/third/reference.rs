@@ -16,14 +16,14 @@ pub fn reference(input: &HlaInput, init: State) -> (Tensor<4>, State) {
     let qt = q.clone().swap_dims(2, 3);
     let qk = q.clone().matmul(k.clone().swap_dims(2, 3));
     let w = qk.clone().tril(0);
-    let w_gamma = decay.mask(qk, 1.0);
+    let w_gamma = decay.mask(qk, 1);
     let qsq = q.clone().matmul(init.s.clone()).matmul(qt.clone());
     let t = decay.since_start(qsq, 1.0) + w_gamma.clone().matmul(w.swap_dims(2, 3));
     // Rows q_uᵀ P_u: the value side seen by query u.
     let qp = decay.since_start(q.clone().matmul(init.p.clone()), 1.0)
         + w_gamma.clone().matmul(v.clone());
     let o = decay.since_start(q.clone().matmul(init.y.clone()), 3.0)
-        + decay.mask(t, 2.0).matmul(qp.clone());
+        + decay.mask(t, 2).matmul(qp.clone());
 
     // The state after the sequence, from its definition: S and P decay and sum;
     // Y = ρ³ Y₀ + Σ_u e_u³ (S_u q_u)(q_uᵀ P_u), with S_u q_u = a_u S₀ q_u + Σ_{i≤u} w(u,i) k_i (k_i·q_u).
