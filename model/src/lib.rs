@@ -1,6 +1,7 @@
 //! Higher-order Linear Attention on Burn: the operators in their reference, recurrent and
 //! chunk-parallel forms.
 
+pub mod bench;
 pub mod compare;
 pub mod hla;
 pub mod lm;

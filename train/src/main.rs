@@ -1,5 +1,7 @@
 //! `hla`: train, evaluate and verify Higher-order Linear Attention models.
 
+mod alloc;
+mod bench;
 mod checkpoint;
 mod config;
 mod data;
@@ -18,6 +20,9 @@ mod verify;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -50,6 +55,9 @@ enum Command {
     Prepare(prepare::Args),
     /// Print the resolved config, the parameter count and the recurrent state size.
     Info(info::Args),
+    /// Time and memory of the operators against sequence length, decode latency against
+    /// position, achieved GFLOP/s and a chunk-size sweep.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +70,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Info(args) => info::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,7 @@
 
 use burn::prelude::*;
 
-use super::decay::Decay;
+use super::decay::{Decay, mask_from};
 
 pub(crate) struct Chunks {
     time: usize,
@@ -53,8 +53,9 @@ impl Chunks {
     /// last one, `[b, h, rows, cols]`, of `X_{n+1} = ρ_n^p X_n + Δ_n` from `X_0 = initial`,
     /// given every chunk's contribution `deltas [b, h, chunks, rows, cols]`.
     ///
-    /// A scan in log₂(chunks) steps of whole-tensor operations (Hillis–Steele on the affine
-    /// maps `X ↦ ρ_n^p X + Δ_n`): no per-chunk loop, and the backward pass stays as cheap.
+    /// With `Δ_{−1} = X_0`, `X_{n+1} = Σ_{m≤n} (Π_{m<l≤n} ρ_l^p) Δ_m`: the decay mask of
+    /// the chunk axis applied by one matmul (a cumulative sum without gates), instead of a
+    /// loop over chunks.
     pub(crate) fn scan(
         &self,
         initial: Tensor<4>,
@@ -66,7 +67,12 @@ impl Chunks {
         let x = Tensor::cat(vec![initial.unsqueeze_dim(2), deltas], 2);
         let x = match decay.log_rho(p) {
             None => x.cumsum(2),
-            Some(log_rho) => affine_scan(x, log_rho),
+            Some(log_rho) => {
+                let [b, h, n, rows, cols] = x.dims();
+                let mask = chunk_axis_mask(log_rho);
+                mask.matmul(x.reshape([b, h, n, rows * cols]))
+                    .reshape([b, h, n, rows, cols])
+            }
         };
         let starts = x.clone().narrow(2, 0, self.count);
         let last = x.narrow(2, self.count, 1).squeeze_dim(2);
@@ -86,27 +92,11 @@ impl Chunks {
     }
 }
 
-/// Inclusive scan `x_n ← ρ_n x_{n−1} + x_n` along dimension 2, with
-/// `log_rho [.., len − 1, 1, 1]` the decay into every element after the first.
-/// After the step with offset `s`, element `n` holds the composition of the maps of the
-/// `2s` elements ending at `n`, applied to zero, and `log_a` their summed decay.
-fn affine_scan(x: Tensor<5>, log_rho: Tensor<5>) -> Tensor<5> {
-    let len = x.dims()[2];
-    let mut log_a = shift(log_rho, 1, len);
-    let mut x = x;
-    let mut s = 1;
-    while s < len {
-        x = x.clone() + log_a.clone().exp() * shift(x, s, len);
-        log_a = log_a.clone() + shift(log_a, s, len);
-        s *= 2;
-    }
-    x
-}
-
-/// `y_n = x_{n−s}` for `n < len` along dimension 2, zero for `n < s`.
-fn shift(x: Tensor<5>, s: usize, len: usize) -> Tensor<5> {
-    let mut shape = x.dims();
-    shape[2] = s;
-    let zeros = Tensor::zeros(shape, &x.device());
-    Tensor::cat(vec![zeros, x.narrow(2, 0, len - s)], 2)
+/// `D_{nm} = Π_{m<l≤n} ρ_l` over the chunk axis with one more element in front (no decay
+/// into it), `[.., chunks + 1, chunks + 1]`, from `log_rho [.., chunks, 1, 1]`.
+fn chunk_axis_mask(log_rho: Tensor<5>) -> Tensor<4> {
+    let [b, h, n, _, _] = log_rho.dims();
+    let none = Tensor::zeros([b, h, 1], &log_rho.device());
+    let log_rho = Tensor::cat(vec![none, log_rho.reshape([b, h, n])], 2);
+    mask_from(log_rho.cumsum(2).unsqueeze_dim(3))
 }

@@ -92,12 +92,14 @@ impl<const D: usize> Gates<D> {
     }
 
     fn mask(&self) -> Tensor<D> {
-        self.mask
-            .get_or_init(|| {
-                let diff = self.b.clone() - self.b.clone().transpose();
-                // Zero the upper triangle before exp so its positive exponents never overflow.
-                diff.tril(0).exp().tril(0)
-            })
-            .clone()
+        self.mask.get_or_init(|| mask_from(self.b.clone())).clone()
     }
+}
+
+/// `D_{τσ} = exp(b_τ − b_σ)` for σ ≤ τ, else 0, from the cumulative log gates
+/// `b [.., span, 1]`.
+pub(crate) fn mask_from<const D: usize>(b: Tensor<D>) -> Tensor<D> {
+    let diff = b.clone() - b.transpose();
+    // Zero the upper triangle before exp so its positive exponents never overflow.
+    diff.tril(0).exp().tril(0)
 }

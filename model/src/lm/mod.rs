@@ -265,6 +265,11 @@ impl LmState {
     pub fn position(&self) -> usize {
         self.position
     }
+
+    /// Sequences in the batch.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
 }
 
 /// Negative log-likelihood of each target: `logits [batch, time, vocab]`, `targets
@@ -310,6 +315,11 @@ impl Lm {
     /// Mean cross-entropy of `logits = forward(inputs)` against `targets [batch, time]`.
     pub fn loss(&self, inputs: Tensor<2, Int>, targets: Tensor<2, Int>) -> Tensor<1> {
         token_nll(self.forward(inputs), targets).mean()
+    }
+
+    /// Blocks (layers).
+    pub fn num_layers(&self) -> usize {
+        self.blocks.len()
     }
 
     /// Floats of recurrent state per sequence, per layer, after `context` tokens (constant

@@ -1,0 +1,502 @@
+//! `hla bench`: operator time and memory against sequence length, decode latency against
+//! position, the chunked form's achieved GFLOP/s next to plain matmuls, and a chunk-size
+//! sweep. Every figure is the median of several timed repetitions after a warm-up.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use burn::prelude::*;
+use hla_model::bench::{Operator, OperatorInputs, Shape5, advance, decode_model};
+use hla_model::lm::MixerKind;
+use serde::Serialize;
+
+use crate::alloc;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    #[arg(long, default_value = crate::device::default_name())]
+    device: String,
+    /// Print every figure as JSON on stdout instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Operators up to T = 2048 and decoding up to position 4096 (a few minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Chunk size of the chunked forms (the sweep measures the others).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    chunk: u32,
+    /// Also write `bench.json` and `bench.md` into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run only these sections (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
+    /// Seed of the random inputs and weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    /// Operator time and memory against sequence length.
+    Operators,
+    /// `Lm::step` latency against position.
+    Decode,
+    /// Plain matmul GFLOP/s (the chunked forms' GFLOP/s come with `operators`).
+    Matmul,
+    /// Chunk-size sweep of the second-order chunked form.
+    Sweep,
+}
+
+/// Heads and widths of the operator problem (the issue's B=1, H=4, d=dv=64).
+const BATCH: usize = 1;
+const HEADS: usize = 4;
+const DIM: usize = 64;
+/// Decoding positions: KV caches this long, prefilled this many tokens at a time.
+const PREFILL_PIECE: usize = 1024;
+const SWEEP_CHUNKS: [usize; 5] = [16, 32, 64, 128, 256];
+const SWEEP_TIME: usize = 2048;
+/// Time spent on the repetitions of one figure, past the warm-up.
+const BUDGET_S: f64 = 2.0;
+
+#[derive(Debug, Serialize)]
+struct Timing {
+    median_s: f64,
+    min_s: f64,
+    reps: usize,
+    /// Peak host heap bytes above the start of the call (CPU devices only).
+    peak_bytes: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct OperatorRow {
+    operator: &'static str,
+    time: usize,
+    pass: &'static str,
+    tokens_per_s: f64,
+    timing: Timing,
+}
+
+#[derive(Debug, Serialize)]
+struct DecodeRow {
+    mixer: &'static str,
+    position: usize,
+    state_bytes: usize,
+    timing: Timing,
+}
+
+#[derive(Debug, Serialize)]
+struct MatmulRow {
+    name: String,
+    gflop: f64,
+    gflops: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct EfficiencyRow {
+    operator: &'static str,
+    time: usize,
+    gflop: f64,
+    gflops: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct SweepRow {
+    chunk: usize,
+    time: usize,
+    pass: &'static str,
+    timing: Timing,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    device: String,
+    quick: bool,
+    chunk: usize,
+    batch: usize,
+    heads: usize,
+    d: usize,
+    dv: usize,
+    operators: Vec<OperatorRow>,
+    decode: Vec<DecodeRow>,
+    matmul: Vec<MatmulRow>,
+    efficiency: Vec<EfficiencyRow>,
+    chunk_sweep: Vec<SweepRow>,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let device = crate::device::parse(&args.device)?;
+    device.seed(args.seed);
+    let host_memory = args.device != "wgpu";
+    let bench = Bench {
+        device: device.clone(),
+        host_memory,
+    };
+    let chunk = args.chunk as usize;
+    let times: &[usize] = if args.quick {
+        &[256, 512, 1024, 2048]
+    } else {
+        &[256, 512, 1024, 2048, 4096, 8192]
+    };
+    let positions: &[usize] = if args.quick {
+        &[64, 1024, 4096]
+    } else {
+        &[64, 1024, 4096, 16384]
+    };
+
+    let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
+    let longest = *times.last().expect("at least one length");
+    let square = if args.quick { 512 } else { 1024 };
+    let operators = run_if(wanted(Section::Operators), || bench.operators(times, chunk))?;
+    let decode = run_if(wanted(Section::Decode), || bench.decode(positions))?;
+    let matmul = run_if(wanted(Section::Matmul), || {
+        bench.matmuls(square, longest, chunk)
+    })?;
+    let efficiency = efficiency(&operators, chunk);
+    let chunk_sweep = run_if(wanted(Section::Sweep), || bench.chunk_sweep())?;
+    let report = Report {
+        device: args.device.clone(),
+        quick: args.quick,
+        chunk,
+        batch: BATCH,
+        heads: HEADS,
+        d: DIM,
+        dv: DIM,
+        operators,
+        decode,
+        matmul,
+        efficiency,
+        chunk_sweep,
+    };
+
+    let json = serde_json::to_string_pretty(&report)?;
+    let tables = render(&report);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::run_dir::write_atomic(&dir.join("bench.json"), json.as_bytes())?;
+        crate::run_dir::write_atomic(&dir.join("bench.md"), tables.as_bytes())?;
+    }
+    println!("{}", if args.json { &json } else { &tables });
+    Ok(())
+}
+
+fn run_if<T>(wanted: bool, f: impl FnOnce() -> Result<Vec<T>>) -> Result<Vec<T>> {
+    if wanted { f() } else { Ok(Vec::new()) }
+}
+
+struct Bench {
+    device: Device,
+    host_memory: bool,
+}
+
+impl Bench {
+    /// Runs `f` once to warm up, then repeatedly for about [`BUDGET_S`] (3 to 15 times),
+    /// waiting for the device after each run.
+    fn time(&self, mut f: impl FnMut()) -> Result<Timing> {
+        let mut once = || -> Result<f64> {
+            let start = Instant::now();
+            f();
+            self.device.sync().context("waiting for the device")?;
+            Ok(start.elapsed().as_secs_f64())
+        };
+        let warm = once()?;
+        let reps = ((BUDGET_S / warm.max(1e-6)) as usize).clamp(3, 15);
+        let base = alloc::reset_peak();
+        let mut runs = (0..reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
+        let peak = alloc::peak() - base;
+        runs.sort_by(f64::total_cmp);
+        Ok(Timing {
+            median_s: runs[reps / 2],
+            min_s: runs[0],
+            reps,
+            peak_bytes: self.host_memory.then_some(peak),
+        })
+    }
+
+    fn operators(&self, times: &[usize], chunk: usize) -> Result<Vec<OperatorRow>> {
+        let autodiff = self.device.clone().autodiff();
+        let mut rows = Vec::new();
+        for &time in times {
+            let shape = shape(time, chunk);
+            let x = OperatorInputs::random(&shape, &self.device);
+            let x_grad = OperatorInputs::random(&shape, &autodiff);
+            for op in Operator::ALL {
+                eprintln!("operator {} T={time}", op.name());
+                let fwd = self.time(|| drop(x.forward(op, chunk)))?;
+                rows.push(operator_row(op, time, "forward", fwd));
+                let both = self.time(|| drop(x_grad.forward_backward(op, chunk)))?;
+                rows.push(operator_row(op, time, "forward+backward", both));
+            }
+        }
+        Ok(rows)
+    }
+
+    fn decode(&self, positions: &[usize]) -> Result<Vec<DecodeRow>> {
+        let last = *positions.last().expect("at least one position");
+        let mut rows = Vec::new();
+        for mixer in [MixerKind::Hla2, MixerKind::Linear, MixerKind::Softmax] {
+            // Room for the warm-up and repetitions past the last position.
+            let lm = decode_model(mixer, last + 64, &self.device);
+            let mut state = lm.init_state(1);
+            let token = Tensor::<1, Int>::zeros([1], &self.device);
+            for &position in positions {
+                eprintln!("decode {} position {position}", mixer.name());
+                advance(&lm, &mut state, position, PREFILL_PIECE, &self.device);
+                let state_bytes =
+                    lm.state_size(state.position()) * lm.num_layers() * size_of::<f32>();
+                let timing = self.time(|| drop(lm.step(token.clone(), &mut state)))?;
+                rows.push(DecodeRow {
+                    mixer: mixer.name(),
+                    position,
+                    state_bytes,
+                    timing,
+                });
+            }
+        }
+        Ok(rows)
+    }
+
+    /// A square `n³` matmul and the batched chunk-shaped `Q Kᵀ` of the longest sequence,
+    /// the two references for the chunked form's GFLOP/s.
+    fn matmuls(&self, n: usize, time: usize, chunk: usize) -> Result<Vec<MatmulRow>> {
+        let chunks = HEADS * time.div_ceil(chunk);
+        let cases = [
+            (format!("square {n}×{n}×{n}"), [1, 1, n, n, n]),
+            (
+                format!("chunk-shaped {chunks}×({chunk}×{DIM}×{chunk})"),
+                [1, chunks, chunk, DIM, chunk],
+            ),
+        ];
+        let mut rows = Vec::new();
+        for (name, [b, h, m, k, n]) in cases {
+            eprintln!("matmul {name}");
+            let uniform = burn::tensor::Distribution::Uniform(-1.0, 1.0);
+            let lhs = Tensor::<4>::random([b, h, m, k], uniform, &self.device);
+            let rhs = Tensor::<4>::random([b, h, k, n], uniform, &self.device);
+            let timing = self.time(|| drop(lhs.clone().matmul(rhs.clone())))?;
+            let gflop = 2.0 * (b * h * m * k * n) as f64 / 1e9;
+            rows.push(MatmulRow {
+                name,
+                gflop,
+                gflops: gflop / timing.median_s,
+            });
+        }
+        Ok(rows)
+    }
+
+    fn chunk_sweep(&self) -> Result<Vec<SweepRow>> {
+        let autodiff = self.device.clone().autodiff();
+        let mut rows = Vec::new();
+        for chunk in SWEEP_CHUNKS {
+            eprintln!("chunk sweep C={chunk}");
+            let shape = shape(SWEEP_TIME, chunk);
+            let x = OperatorInputs::random(&shape, &self.device);
+            let x_grad = OperatorInputs::random(&shape, &autodiff);
+            let op = Operator::Hla2Chunked;
+            let passes = [
+                ("forward", self.time(|| drop(x.forward(op, chunk)))?),
+                (
+                    "forward+backward",
+                    self.time(|| drop(x_grad.forward_backward(op, chunk)))?,
+                ),
+            ];
+            rows.extend(passes.into_iter().map(|(pass, timing)| SweepRow {
+                chunk,
+                time: SWEEP_TIME,
+                pass,
+                timing,
+            }));
+        }
+        Ok(rows)
+    }
+}
+
+fn shape(time: usize, chunk: usize) -> Shape5 {
+    Shape5 {
+        batch: BATCH,
+        heads: HEADS,
+        time,
+        d: DIM,
+        dv: DIM,
+        chunk,
+    }
+}
+
+fn operator_row(op: Operator, time: usize, pass: &'static str, timing: Timing) -> OperatorRow {
+    OperatorRow {
+        operator: op.name(),
+        time,
+        pass,
+        tokens_per_s: (BATCH * time) as f64 / timing.median_s,
+        timing,
+    }
+}
+
+/// Achieved GFLOP/s of the chunked forms' forward passes.
+fn efficiency(rows: &[OperatorRow], chunk: usize) -> Vec<EfficiencyRow> {
+    rows.iter()
+        .filter(|r| r.pass == "forward")
+        .filter_map(|r| {
+            let op = *Operator::ALL.iter().find(|op| op.name() == r.operator)?;
+            let gflop = op.chunked_flops(&shape(r.time, chunk))? / 1e9;
+            Some(EfficiencyRow {
+                operator: r.operator,
+                time: r.time,
+                gflop,
+                gflops: gflop / r.timing.median_s,
+            })
+        })
+        .collect()
+}
+
+/// The median time of `operator`'s `pass` at `time`.
+fn median(report: &Report, operator: &str, pass: &str, time: usize) -> Option<f64> {
+    report
+        .operators
+        .iter()
+        .find(|r| r.operator == operator && r.pass == pass && r.time == time)
+        .map(|r| r.timing.median_s)
+}
+
+fn render(report: &Report) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# hla bench on {} (B={}, H={}, d=dv={}, chunk {})\n",
+        report.device, report.batch, report.heads, report.d, report.chunk
+    );
+    render_operators(&mut md, report);
+    render_decode(&mut md, report);
+    render_efficiency(&mut md, report);
+    render_sweep(&mut md, report);
+    md
+}
+
+fn render_operators(md: &mut String, report: &Report) {
+    let _ = writeln!(
+        md,
+        "## Operators: median time (ms), tokens/s, peak heap\n\n\
+         | operator | pass | T | ms | tokens/s | peak MiB |\n|---|---|---:|---:|---:|---:|"
+    );
+    for r in &report.operators {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.2} | {:.0} | {} |",
+            r.operator,
+            r.pass,
+            r.time,
+            r.timing.median_s * 1e3,
+            r.tokens_per_s,
+            mib(r.timing.peak_bytes)
+        );
+    }
+    let times: Vec<usize> = report
+        .operators
+        .iter()
+        .map(|r| r.time)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let (first, last) = (1024, *times.last().unwrap_or(&1024));
+    let _ = writeln!(
+        md,
+        "\nScaling, forward+backward time at T={last} over T={first} (linear: {}):\n",
+        last / first
+    );
+    for op in Operator::ALL {
+        let pass = "forward+backward";
+        if let (Some(a), Some(b)) = (
+            median(report, op.name(), pass, first),
+            median(report, op.name(), pass, last),
+        ) {
+            let _ = writeln!(md, "- {}: {:.2}", op.name(), b / a);
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nSoftmax over hla2-chunked, forward+backward time (> 1: HLA faster):\n"
+    );
+    for &t in &times {
+        let pass = "forward+backward";
+        if let (Some(s), Some(h)) = (
+            median(report, Operator::Softmax.name(), pass, t),
+            median(report, Operator::Hla2Chunked.name(), pass, t),
+        ) {
+            let _ = writeln!(md, "- T={t}: {:.2}", s / h);
+        }
+    }
+}
+
+fn render_decode(md: &mut String, report: &Report) {
+    let _ = writeln!(
+        md,
+        "\n## Decoding: `Lm::step` latency (d_model 128, 4 layers)\n\n\
+         | mixer | position | µs/token | state bytes |\n|---|---:|---:|---:|"
+    );
+    for r in &report.decode {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.0} | {} |",
+            r.mixer,
+            r.position,
+            r.timing.median_s * 1e6,
+            r.state_bytes
+        );
+    }
+    let _ = writeln!(md, "\nLatency at the last position over position 64:\n");
+    for mixer in ["hla2", "linear", "softmax"] {
+        let rows: Vec<&DecodeRow> = report.decode.iter().filter(|r| r.mixer == mixer).collect();
+        if let (Some(a), Some(b)) = (rows.first(), rows.last()) {
+            let _ = writeln!(
+                md,
+                "- {mixer}: {:.2} (state {} → {} bytes)",
+                b.timing.median_s / a.timing.median_s,
+                a.state_bytes,
+                b.state_bytes
+            );
+        }
+    }
+}
+
+fn render_efficiency(md: &mut String, report: &Report) {
+    let _ = writeln!(
+        md,
+        "\n## Efficiency: chunked forward GFLOP/s (matmul FLOPs of spec §5)\n\n\
+         | operator | T | GFLOP | GFLOP/s |\n|---|---:|---:|---:|"
+    );
+    for r in &report.efficiency {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.3} | {:.1} |",
+            r.operator, r.time, r.gflop, r.gflops
+        );
+    }
+    let _ = writeln!(md, "\nPlain matmuls on the same device:\n");
+    for m in &report.matmul {
+        let _ = writeln!(md, "- {}: {:.1} GFLOP/s", m.name, m.gflops);
+    }
+}
+
+fn render_sweep(md: &mut String, report: &Report) {
+    let _ = writeln!(
+        md,
+        "\n## Chunk size sweep: hla2-chunked at T={SWEEP_TIME} (ms)\n\n\
+         | chunk | forward | forward+backward |\n|---:|---:|---:|"
+    );
+    for pair in report.chunk_sweep.chunks(2) {
+        let _ = writeln!(
+            md,
+            "| {} | {:.2} | {:.2} |",
+            pair[0].chunk,
+            pair[0].timing.median_s * 1e3,
+            pair[1].timing.median_s * 1e3
+        );
+    }
+}
+
+fn mib(bytes: Option<usize>) -> String {
+    bytes.map_or("n/a".into(), |b| format!("{:.1}", b as f64 / 1048576.0))
+}
