@@ -200,13 +200,14 @@ fn mistakes_exit_with_clear_messages() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[data]\ncorpus = \"x\"\n[model]\nmixr = \"hla2\"\n").unwrap();
     let missing_run = dir.path().join("nothing");
-    let cases: [(&[&str], i32, &str); 4] = [
+    let cases: [(&[&str], i32, &str); 5] = [
         (
             &["info", "--config", bad.to_str().unwrap()],
             2,
             "unknown field `mixr`",
         ),
         (&["verify", "--device", "tpu"], 2, "unknown device \"tpu\""),
+        (&["bench", "--device", "tpu"], 2, "unknown device \"tpu\""),
         (
             &["train", "--config", "/no/such/file.toml"],
             2,
@@ -227,6 +228,27 @@ fn mistakes_exit_with_clear_messages() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// `hla bench` runs only the sections asked for, prints every figure as JSON and writes
+/// its tables and JSON into `--out`.
+#[test]
+fn bench_reports_json_and_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench");
+    let args = ["bench", "--quick", "--only", "matmul", "--json", "--out"];
+    let stdout = ok(dir.path(), &[&args[..], &[out.to_str().unwrap()]].concat());
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let matmul = report["matmul"].as_array().expect("matmul rows");
+    assert_eq!(matmul.len(), 2, "{report}");
+    assert!(matmul.iter().all(|m| m["gflops"].as_f64().unwrap() > 0.0));
+    assert!(report["operators"].as_array().unwrap().is_empty());
+    assert!(report["decode"].as_array().unwrap().is_empty());
+    let tables = std::fs::read_to_string(out.join("bench.md")).unwrap();
+    assert!(tables.contains("- square 512×512×512: "), "{tables}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    assert_eq!(written, report);
 }
 
 /// A run directory is locked while training: a second process is refused; a lock whose
