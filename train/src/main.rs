@@ -1,15 +1,19 @@
 //! `hla`: train, evaluate and verify Higher-order Linear Attention models.
 
 mod checkpoint;
+mod compare;
 mod config;
 mod data;
 mod device;
 mod eval;
+mod experiment;
 mod export;
 mod generate;
 mod info;
+mod plots;
 mod prepare;
 mod renderer;
+mod report;
 mod run_dir;
 mod train;
 mod trainee;
@@ -50,6 +54,9 @@ enum Command {
     Prepare(prepare::Args),
     /// Print the resolved config, the parameter count and the recurrent state size.
     Info(info::Args),
+    /// Train the runs of an experiment file one after another (finished runs are skipped,
+    /// partial ones resumed), then write results.md, results.csv and charts beside it.
+    Compare(compare::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +69,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Info(args) => info::run(args),
+        Command::Compare(args) => compare::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
