@@ -417,7 +417,7 @@ mod tests {
             [
                 "train.steps=10",
                 "model.d_model=64",
-                "model.mixer=hla2",
+                "model.mixer=\"hla2\"",
                 "train.lr=0.01",
                 "a.b=1",
                 "c.d=2"

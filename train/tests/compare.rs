@@ -54,7 +54,7 @@ fn compare_trains_reports_and_skips_finished_runs() {
 
     let plan = ok(d, &["compare", "--experiment", &file, "--dry-run"]);
     assert!(
-        plan.contains("toy-hla2") && plan.contains("--set model.mixer=linear"),
+        plan.contains("toy-hla2") && plan.contains("--set model.mixer=\"linear\""),
         "{plan}"
     );
     assert!(!folder.join("runs").exists(), "a dry run trains nothing");
