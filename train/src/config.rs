@@ -183,7 +183,7 @@ impl RunConfig {
 
     /// Every check that does not need the data on disk.
     pub fn validate(&self) -> Result<()> {
-        let task = self.data.task()?;
+        self.data.task()?;
         self.model
             .lm_config(1)
             .validate()
@@ -225,10 +225,7 @@ impl RunConfig {
                 bail!("train.{key} must be at least 1, got 0");
             }
         }
-        let longest = match task {
-            Task::Text { .. } => t.context,
-            Task::Mqar(m) => m.settings.iter().map(|s| s.seq_len).max().unwrap_or(0),
-        };
+        let longest = self.sequence_length()?;
         if self.model.mixer == MixerKind::Softmax && longest > self.model.max_seq_len {
             bail!(
                 "the context ({longest} tokens) is longer than model.max_seq_len ({}) of this softmax model",
@@ -236,6 +233,15 @@ impl RunConfig {
             );
         }
         Ok(())
+    }
+
+    /// The length of the longest sequence the model sees: the context (text) or the
+    /// longest MQAR setting.
+    pub fn sequence_length(&self) -> Result<usize> {
+        Ok(match self.data.task()? {
+            Task::Text { .. } => self.train.context,
+            Task::Mqar(m) => m.settings.iter().map(|s| s.seq_len).max().unwrap_or(0),
+        })
     }
 
     pub fn to_toml(&self) -> String {

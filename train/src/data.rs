@@ -113,20 +113,38 @@ impl Data {
     /// Validation during training: nanoGPT's estimate (`eval_batches` random batches) for
     /// text, the test set for MQAR.
     pub fn valid_loader(&self, config: &RunConfig, seed: u64) -> Result<Loader> {
-        let t = &config.train;
+        let batch = config.train.batch_size;
         Ok(match self {
-            Self::Text { tokens, valid, .. } => {
-                let windows = RandomWindows::new(
-                    tokens.clone(),
-                    valid.clone(),
-                    t.context,
-                    t.eval_batches * t.batch_size,
-                    seed,
-                )?;
-                loader(windows, t.batch_size)
-            }
-            Self::Mqar { test, .. } => loader(InMemDataset::new(test.clone()), t.batch_size),
+            Self::Text { .. } => loader(self.random_window_set(config, seed)?, batch),
+            Self::Mqar { test, .. } => loader(InMemDataset::new(test.clone()), batch),
         })
+    }
+
+    /// The windows of nanoGPT's validation estimate (text; MQAR has none).
+    pub fn random_windows(&self, config: &RunConfig, seed: u64) -> Result<Option<Vec<LmItem>>> {
+        if self.is_mqar() {
+            return Ok(None);
+        }
+        let windows = self.random_window_set(config, seed)?;
+        Ok(Some(
+            (0..windows.len())
+                .map(|i| windows.get(i).expect("in range"))
+                .collect(),
+        ))
+    }
+
+    fn random_window_set(&self, config: &RunConfig, seed: u64) -> Result<RandomWindows> {
+        let Self::Text { tokens, valid, .. } = self else {
+            unreachable!("random windows of a text task only");
+        };
+        let t = &config.train;
+        Ok(RandomWindows::new(
+            tokens.clone(),
+            valid.clone(),
+            t.context,
+            t.eval_batches * t.batch_size,
+            seed,
+        )?)
     }
 
     /// Every validation token once (text) or the whole test set (MQAR), in order.

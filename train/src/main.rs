@@ -3,15 +3,19 @@
 mod alloc;
 mod bench;
 mod checkpoint;
+mod compare;
 mod config;
 mod data;
 mod device;
 mod eval;
+mod experiment;
 mod export;
 mod generate;
 mod info;
+mod plots;
 mod prepare;
 mod renderer;
+mod report;
 mod run_dir;
 mod train;
 mod trainee;
@@ -55,6 +59,9 @@ enum Command {
     Prepare(prepare::Args),
     /// Print the resolved config, the parameter count and the recurrent state size.
     Info(info::Args),
+    /// Train the runs of an experiment file one after another (finished runs are skipped,
+    /// partial ones resumed), then write results.md, results.csv and charts beside it.
+    Compare(compare::Args),
     /// Time and memory of the operators against sequence length, decode latency against
     /// position, achieved GFLOP/s and a chunk-size sweep.
     Bench(bench::Args),
@@ -70,6 +77,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Info(args) => info::run(args),
+        Command::Compare(args) => compare::run(args),
         Command::Bench(args) => bench::run(args),
     };
     match result {

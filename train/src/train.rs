@@ -2,7 +2,7 @@
 //! data, with checkpoints, resume, and a final validation by the recurrence.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -65,10 +65,9 @@ pub fn run(args: &Args) -> Result<()> {
         (None, Some(config)) => PathBuf::from("runs").join(config.file_stem().unwrap_or_default()),
         (None, None) => bail!("--resume needs --out (the run directory)"),
     };
-    let run = RunDir::new(&out);
     let config = if args.resume {
         // The run's own config, with any overrides (e.g. more steps).
-        run.load_config(&args.overrides)?
+        RunDir::new(&out).load_config(&args.overrides)?
     } else {
         let path = args
             .config
@@ -76,20 +75,48 @@ pub fn run(args: &Args) -> Result<()> {
             .expect("clap requires --config without --resume");
         RunConfig::load(path, &args.overrides)?
     };
+    train(&Job {
+        config: &config,
+        out: &out,
+        device: &device,
+        resume: args.resume,
+        force: args.force,
+        standalone: true,
+    })
+}
+
+/// One training run, as `hla train` and `hla compare` start it.
+pub struct Job<'a> {
+    pub config: &'a RunConfig,
+    pub out: &'a Path,
+    pub device: &'a Device,
+    /// Continue from the last checkpoint in `out`.
+    pub resume: bool,
+    /// Start over in an existing run directory.
+    pub force: bool,
+    /// The only run of this process: burn-train's dashboard (on a terminal) and its
+    /// `experiment.log`, whose logger is process-wide and so cannot follow a second run.
+    pub standalone: bool,
+}
+
+/// Trains `job.config` into `job.out`; `metrics.json`, written last, marks the run finished.
+pub fn train(job: &Job) -> Result<()> {
+    let (config, out, device) = (job.config, job.out, job.device);
+    let run = RunDir::new(out);
     let _lock = run.lock()?;
     run.remove_partial_files()?;
-    if !args.resume {
-        if run.config().exists() && !args.force {
+    if !job.resume {
+        if run.config().exists() && !job.force {
             bail!(
                 "{} already holds a run; pass --resume to continue it or --force to start over",
                 out.display()
             );
         }
-        if args.force {
+        if job.force {
             run.clear()?;
         }
     }
-    let data = Data::load(&config)?;
+    let data = Data::load(config)?;
 
     let t = &config.train;
     let epochs = t.steps.div_ceil(t.eval_interval);
@@ -107,12 +134,12 @@ pub fn run(args: &Args) -> Result<()> {
     );
     // Parameters initialise lazily; draw them now, in order, from the seeded generator.
     lm.visit(&mut Materialize);
-    let resume_epoch = if args.resume {
+    let resume_epoch = if job.resume {
         run.last_checkpoint()
     } else {
         None
     };
-    if args.resume && resume_epoch.is_none() {
+    if job.resume && resume_epoch.is_none() {
         println!(
             "no checkpoint in {} yet: starting from scratch",
             out.display()
@@ -125,16 +152,16 @@ pub fn run(args: &Args) -> Result<()> {
         lm,
         guard: NanGuard::new(interrupter.clone(), first_step, t.grad_accumulation),
     };
-    let optimizer = optimizer(&config, &model);
-    let scheduler = scheduler(&config)?;
+    let optimizer = optimizer(config, &model);
+    let scheduler = scheduler(config)?;
     // Build the data first: a corpus too short for a window fails before anything is written.
     let train_loader = data.train_loader(
-        &config,
+        config,
         items_per_epoch,
         (done_epochs * items_per_epoch) as u64,
     )?;
-    let valid_loader = data.valid_loader(&config, t.seed.wrapping_add(1))?;
-    std::fs::create_dir_all(&out)
+    let valid_loader = data.valid_loader(config, t.seed.wrapping_add(1))?;
+    std::fs::create_dir_all(out)
         .with_context(|| format!("cannot create the run directory {}", out.display()))?;
     write_atomic(&run.config(), config.to_toml().as_bytes())?;
     data.save_tokenizer(&run.tokenizer())?;
@@ -181,7 +208,10 @@ pub fn run(args: &Args) -> Result<()> {
         training = training.checkpoint(epoch);
     }
     training = training.with_interrupter(interrupter);
-    if !std::io::stdout().is_terminal() {
+    if !job.standalone {
+        training = training.with_application_logger(None);
+    }
+    if !(job.standalone && std::io::stdout().is_terminal()) {
         training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));
     }
     let started = Instant::now();
@@ -212,37 +242,60 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         Mode::Recurrent
     };
-    let evaluation = eval::evaluate(
-        &lm,
-        &data.full_pass(&config)?,
-        data.is_mqar(),
-        mode,
-        &device,
-    );
+    let evaluation = eval::evaluate(&lm, &data.full_pass(config)?, data.is_mqar(), mode, device);
     evaluation.print();
+    let estimate = random_batch_estimate(&lm, &data, config, device)?;
     let steps_run = t.steps.saturating_sub(first_step);
     let tokens =
-        (steps_run * t.grad_accumulation * t.batch_size) as f64 * data.tokens_per_item(&config);
+        (steps_run * t.grad_accumulation * t.batch_size) as f64 * data.tokens_per_item(config);
+    let context = config.sequence_length()?;
+    let state_per_layer = lm.state_size(context);
     let summary = serde_json::json!({
         "mixer": config.model.mixer.name(),
         "parameters": lm.num_params(),
-        "state_floats_per_layer": lm.state_size(t.context),
+        "context": context,
+        "state_floats_per_layer": state_per_layer,
+        "state_floats_per_sequence": state_per_layer * config.model.n_layers,
         "steps": t.steps,
         "wall_seconds": seconds,
         "tokens_per_second": tokens / seconds,
         "validation": evaluation,
+        "random_batch_estimate": estimate,
     });
+    write_metrics_csv(&run, t.eval_interval)?;
     write_atomic(
         &run.metrics(),
         serde_json::to_string_pretty(&summary)?.as_bytes(),
     )?;
-    write_metrics_csv(&run, t.eval_interval)?;
     println!(
         "{:.0} tokens/s; model and metrics in {}",
         tokens / seconds,
         out.display()
     );
     Ok(())
+}
+
+/// nanoGPT's validation estimate, the mean loss over `eval_batches` batches of random
+/// windows (the windows of the validations during training), for text tasks.
+fn random_batch_estimate(
+    lm: &hla_model::lm::Lm,
+    data: &Data,
+    config: &RunConfig,
+    device: &Device,
+) -> Result<Option<serde_json::Value>> {
+    let Some(items) = data.random_windows(config, config.train.seed.wrapping_add(1))? else {
+        return Ok(None);
+    };
+    let estimate = eval::evaluate(lm, &items, false, Mode::Chunked, device);
+    println!(
+        "Random-batch estimate: loss {:.4}  ({} batches of random windows)",
+        estimate.loss, config.train.eval_batches
+    );
+    Ok(Some(serde_json::json!({
+        "loss": estimate.loss,
+        "batches": config.train.eval_batches,
+        "batch_size": config.train.batch_size,
+    })))
 }
 
 /// AdamW with weight decay on matrices only (norm gains and other vectors are not decayed,

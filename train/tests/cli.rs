@@ -64,6 +64,15 @@ fn train_eval_generate_export_resume() {
     assert!(log.contains("step      4/4"), "{log}");
     assert!(run.join("checkpoint/model-2.bpk").exists() && run.join("model.bpk").exists());
     assert!(run.join("config.toml").exists() && run.join("tokenizer.json").exists());
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("metrics.json")).unwrap()).unwrap();
+    let estimate = &metrics["random_batch_estimate"];
+    assert!(estimate["loss"].as_f64().unwrap().is_finite(), "{metrics}");
+    assert_eq!(estimate["batches"], 2);
+    assert_eq!(
+        metrics["state_floats_per_sequence"],
+        metrics["state_floats_per_layer"]
+    );
 
     let again = hla(&data, &["train", "--config", config, "--out", run_str]);
     assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("--resume"));
