@@ -28,7 +28,7 @@ fn workloads_run_forward_and_backward() {
             let grad = x.forward_backward(op, shape.chunk);
             assert_eq!(grad.dims(), [1, 2, 37, 8], "{op:?}");
             assert!(
-                grad.abs().sum().into_scalar() > 0.0,
+                grad.abs().sum().into_scalar::<f32>() > 0.0,
                 "{op:?}: zero gradient"
             );
         }

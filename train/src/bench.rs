@@ -10,9 +10,10 @@ use anyhow::{Context, Result};
 use burn::prelude::*;
 use hla_model::bench::{Operator, OperatorInputs, Shape5, advance, decode_model};
 use hla_model::lm::MixerKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::alloc;
+use crate::plots::Series;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -34,6 +35,9 @@ pub struct Args {
     /// Run only these sections (default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
+    /// Render the tables and chart of an earlier `bench.json` instead of measuring.
+    #[arg(long, value_name = "BENCH_JSON", conflicts_with_all = ["quick", "only"])]
+    replot: Option<PathBuf>,
     /// Seed of the random inputs and weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -59,10 +63,15 @@ const DIM: usize = 64;
 const PREFILL_PIECE: usize = 1024;
 const SWEEP_CHUNKS: [usize; 5] = [16, 32, 64, 128, 256];
 const SWEEP_TIME: usize = 2048;
+/// The serial recurrence's backward pass grows quadratically with T (4× per doubling
+/// measured: each token is a slice of the whole sequence, and Burn's autodiff gives every
+/// slice a full-length gradient); it is timed up to this length only (training uses the
+/// chunked form).
+const RECURRENT_BACKWARD_MAX: usize = 2048;
 /// Time spent on the repetitions of one figure, past the warm-up.
 const BUDGET_S: f64 = 2.0;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Timing {
     median_s: f64,
     min_s: f64,
@@ -71,47 +80,47 @@ struct Timing {
     peak_bytes: Option<usize>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct OperatorRow {
-    operator: &'static str,
+    operator: String,
     time: usize,
-    pass: &'static str,
+    pass: String,
     tokens_per_s: f64,
     timing: Timing,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct DecodeRow {
-    mixer: &'static str,
+    mixer: String,
     position: usize,
     state_bytes: usize,
     timing: Timing,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct MatmulRow {
     name: String,
     gflop: f64,
     gflops: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct EfficiencyRow {
-    operator: &'static str,
+    operator: String,
     time: usize,
     gflop: f64,
     gflops: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct SweepRow {
     chunk: usize,
     time: usize,
-    pass: &'static str,
+    pass: String,
     timing: Timing,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Report {
     device: String,
     quick: bool,
@@ -128,6 +137,34 @@ struct Report {
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    let report = match &args.replot {
+        Some(path) => read_report(path)?,
+        None => measure(args)?,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    let tables = render(&report);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::run_dir::write_atomic(&dir.join("bench.json"), json.as_bytes())?;
+        crate::run_dir::write_atomic(&dir.join("bench.md"), tables.as_bytes())?;
+        if !report.operators.is_empty() {
+            plot_times(dir, &report.operators)?;
+        }
+    }
+    println!("{}", if args.json { &json } else { &tables });
+    Ok(())
+}
+
+fn read_report(path: &std::path::Path) -> Result<Report> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(crate::config::UsageError::from)?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a bench.json of this version", path.display()))
+        .map_err(|e| crate::config::UsageError::from(e).into())
+}
+
+fn measure(args: &Args) -> Result<Report> {
     let device = crate::device::parse(&args.device)?;
     device.seed(args.seed);
     let host_memory = args.device != "wgpu";
@@ -157,7 +194,7 @@ pub fn run(args: &Args) -> Result<()> {
     })?;
     let efficiency = efficiency(&operators, chunk);
     let chunk_sweep = run_if(wanted(Section::Sweep), || bench.chunk_sweep())?;
-    let report = Report {
+    Ok(Report {
         device: args.device.clone(),
         quick: args.quick,
         chunk,
@@ -170,17 +207,7 @@ pub fn run(args: &Args) -> Result<()> {
         matmul,
         efficiency,
         chunk_sweep,
-    };
-
-    let json = serde_json::to_string_pretty(&report)?;
-    let tables = render(&report);
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        crate::run_dir::write_atomic(&dir.join("bench.json"), json.as_bytes())?;
-        crate::run_dir::write_atomic(&dir.join("bench.md"), tables.as_bytes())?;
-    }
-    println!("{}", if args.json { &json } else { &tables });
-    Ok(())
+    })
 }
 
 fn run_if<T>(wanted: bool, f: impl FnOnce() -> Result<Vec<T>>) -> Result<Vec<T>> {
@@ -227,6 +254,9 @@ impl Bench {
                 eprintln!("operator {} T={time}", op.name());
                 let fwd = self.time(|| drop(x.forward(op, chunk)))?;
                 rows.push(operator_row(op, time, "forward", fwd));
+                if op == Operator::Hla2Recurrent && time > RECURRENT_BACKWARD_MAX {
+                    continue;
+                }
                 let both = self.time(|| drop(x_grad.forward_backward(op, chunk)))?;
                 rows.push(operator_row(op, time, "forward+backward", both));
             }
@@ -249,7 +279,7 @@ impl Bench {
                     lm.state_size(state.position()) * lm.num_layers() * size_of::<f32>();
                 let timing = self.time(|| drop(lm.step(token.clone(), &mut state)))?;
                 rows.push(DecodeRow {
-                    mixer: mixer.name(),
+                    mixer: mixer.name().into(),
                     position,
                     state_bytes,
                     timing,
@@ -306,7 +336,7 @@ impl Bench {
             rows.extend(passes.into_iter().map(|(pass, timing)| SweepRow {
                 chunk,
                 time: SWEEP_TIME,
-                pass,
+                pass: pass.into(),
                 timing,
             }));
         }
@@ -327,12 +357,37 @@ fn shape(time: usize, chunk: usize) -> Shape5 {
 
 fn operator_row(op: Operator, time: usize, pass: &'static str, timing: Timing) -> OperatorRow {
     OperatorRow {
-        operator: op.name(),
+        operator: op.name().into(),
         time,
-        pass,
+        pass: pass.into(),
         tokens_per_s: (BATCH * time) as f64 / timing.median_s,
         timing,
     }
+}
+
+/// Median time against T, one line per operator and pass, log-log.
+fn plot_times(dir: &std::path::Path, rows: &[OperatorRow]) -> Result<()> {
+    let mut series: Vec<Series> = Vec::new();
+    for r in rows {
+        let name = format!("{} {}", r.operator, r.pass);
+        let point = (r.time as f64, r.timing.median_s * 1e3);
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push(point),
+            None => series.push(Series {
+                name,
+                points: vec![point],
+            }),
+        }
+    }
+    let axes = ("sequence length T (log)", "median time, ms (log)");
+    crate::plots::log_log(
+        dir,
+        "time-vs-T",
+        "time against sequence length",
+        axes,
+        &series,
+    )?;
+    Ok(())
 }
 
 /// Achieved GFLOP/s of the chunked forms' forward passes.
@@ -343,7 +398,7 @@ fn efficiency(rows: &[OperatorRow], chunk: usize) -> Vec<EfficiencyRow> {
             let op = *Operator::ALL.iter().find(|op| op.name() == r.operator)?;
             let gflop = op.chunked_flops(&shape(r.time, chunk))? / 1e9;
             Some(EfficiencyRow {
-                operator: r.operator,
+                operator: r.operator.clone(),
                 time: r.time,
                 gflop,
                 gflops: gflop / r.timing.median_s,
@@ -393,6 +448,11 @@ fn render_operators(md: &mut String, report: &Report) {
             mib(r.timing.peak_bytes)
         );
     }
+    let _ = writeln!(
+        md,
+        "\nhla2-recurrent forward+backward is timed up to T={RECURRENT_BACKWARD_MAX} only: \
+         its backward pass grows quadratically with T (training uses the chunked form)."
+    );
     let times: Vec<usize> = report
         .operators
         .iter()

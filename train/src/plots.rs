@@ -260,3 +260,82 @@ fn state<DB: DrawingBackend>(
     legend(&mut chart)?;
     root.present().map_err(fail)
 }
+
+/// One named line of a log-log chart.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A log-log line chart (e.g. benchmark time against sequence length) as `<name>.png` and
+/// `<name>.svg` in `dir`; returns the files written.
+pub fn log_log(
+    dir: &Path,
+    name: &str,
+    title: &str,
+    axes: (&str, &str),
+    series: &[Series],
+) -> Result<Vec<PathBuf>> {
+    register_font();
+    let png = dir.join(format!("{name}.png"));
+    let svg = dir.join(format!("{name}.svg"));
+    let draw_png = || {
+        log_log_on(
+            BitMapBackend::new(&png, SIZE).into_drawing_area(),
+            title,
+            axes,
+            series,
+        )
+    };
+    draw_png().map_err(|e| e.context(format!("cannot draw {}", png.display())))?;
+    log_log_on(
+        SVGBackend::new(&svg, SIZE).into_drawing_area(),
+        title,
+        axes,
+        series,
+    )
+    .map_err(|e| e.context(format!("cannot draw {}", svg.display())))?;
+    Ok(vec![png, svg])
+}
+
+fn log_log_on<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[Series],
+) -> Result<()> {
+    root.fill(&WHITE).map_err(fail)?;
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let (x_lo, x_hi) = min_max(all().map(|p| p.0)).unwrap_or((1.0, 10.0));
+    let (y_lo, y_hi) = min_max(all().map(|p| p.1)).unwrap_or((1.0, 10.0));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (x_lo / 1.2..x_hi * 1.2).log_scale(),
+            (y_lo / 1.5..y_hi * 1.5).log_scale(),
+        )
+        .map_err(fail)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_desc(y_desc)
+        .draw()
+        .map_err(fail)?;
+    for (i, s) in series.iter().enumerate() {
+        let style = color(i).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), style))
+            .map_err(fail)?
+            .label(&s.name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style));
+        chart
+            .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, style.filled())))
+            .map_err(fail)?;
+    }
+    legend(&mut chart)?;
+    root.present().map_err(fail)
+}
