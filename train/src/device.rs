@@ -19,7 +19,28 @@ pub fn default_name() -> &'static str {
 
 /// The device called `name`, if its backend was compiled in.
 pub fn parse(name: &str) -> Result<Device> {
+    #[cfg(feature = "wgpu")]
+    if name == "wgpu" {
+        return wgpu();
+    }
     pick(name).map_err(|e| crate::config::UsageError::from(e).into())
+}
+
+/// The GPU, started now: a machine without an adapter, or a bad
+/// `CUBECL_WGPU_DEFAULT_DEVICE`, then gets one message instead of a panic at the first
+/// tensor.
+#[cfg(feature = "wgpu")]
+fn wgpu() -> Result<Device> {
+    use burn::tensor::wgpu::WgpuInitError;
+    Device::wgpu_options().init().map_err(|e| {
+        let usage = matches!(e, WgpuInitError::InvalidConfiguration { .. });
+        let error = anyhow::Error::new(e).context("cannot start the wgpu device");
+        if usage {
+            crate::config::UsageError::from(error).into()
+        } else {
+            error
+        }
+    })
 }
 
 fn pick(name: &str) -> Result<Device> {
@@ -29,8 +50,6 @@ fn pick(name: &str) -> Result<Device> {
         "ndarray" => Ok(Device::ndarray()),
         #[cfg(feature = "flex")]
         "flex" => Ok(Device::flex()),
-        #[cfg(feature = "wgpu")]
-        "wgpu" => Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)),
         known if NAMES.contains(&known) => bail!(
             "the {known} device was not compiled into this build; rebuild with `--features {known}`"
         ),

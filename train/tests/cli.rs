@@ -563,6 +563,7 @@ fn every_bad_input_has_one_clear_message() {
             2,
             "unknown device",
         ),
+        #[cfg(not(feature = "wgpu"))]
         (
             vec!["verify".into(), "--device".into(), "wgpu".into()],
             2,

@@ -1,0 +1,153 @@
+//! The GPU path: on the wgpu device the HLA forms (outputs, final states, gradients) and
+//! one training step of the language model give ndarray's numbers for the same inputs
+//! and weights. Shapes stay small: a software Vulkan device (lavapipe, in CI) compiles
+//! every shader on the CPU.
+#![cfg(all(feature = "wgpu", feature = "ndarray"))]
+
+mod common;
+
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::prelude::*;
+use common::{Case, Gates, Rng, input, rel_rms};
+use hla_model::hla::{Form, HlaState, Order, forward};
+use hla_model::lm::{LmConfig, MixerKind};
+
+/// A GPU sums in another order than a CPU, so f32 results differ by more than between
+/// the forms on one device (1e-4).
+const TOL: f64 = 1e-3;
+
+fn gpu() -> Device {
+    Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)
+}
+
+#[allow(deprecated)]
+fn cpu() -> Device {
+    Device::ndarray()
+}
+
+/// The same values as a plain tensor on the CPU, where the comparison is made.
+fn to_cpu<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+    Tensor::from_data(t.into_data(), &cpu())
+}
+
+/// Everything one call computes, by name: the output, the final state, and the gradients
+/// of `Σ o·r₀ + Σ_i Σ state_i·r_i` (random r) with respect to q, k, v and the log gates.
+fn results(case: &Case, form: Form, device: &Device) -> Vec<(String, Tensor<4>)> {
+    let ad = device.clone().autodiff();
+    let (qkv, log_g, init) = case.tensors(&ad);
+    let qkv: Vec<Tensor<4>> = qkv.into_iter().map(Tensor::require_grad).collect();
+    let log_g = log_g.map(Tensor::require_grad);
+    let state = init.map(|t| HlaState::from_tensors(case.order, t));
+    let (o, state) = forward(case.order, form, input(&qkv, &log_g), state, case.output);
+
+    let mut rng = Rng::new(99);
+    let mut loss = (o.clone() * rng.tensor(o.dims(), 1.0, &ad)).sum();
+    for s in state.tensors() {
+        loss = loss + (s.clone() * rng.tensor(s.dims(), 1.0, &ad)).sum();
+    }
+    let grads = loss.backward();
+
+    let mut out = vec![("o".to_string(), to_cpu(o))];
+    for (i, s) in state.tensors().into_iter().enumerate() {
+        out.push((format!("state[{i}]"), to_cpu(s)));
+    }
+    for (name, x) in ["q", "k", "v"].iter().zip(&qkv) {
+        out.push((
+            format!("d{name}"),
+            to_cpu(x.grad(&grads).expect("gradient")),
+        ));
+    }
+    if let Some(g) = &log_g {
+        let grad = g.grad(&grads).expect("gradient").unsqueeze();
+        out.push(("dlog_g".into(), to_cpu(grad)));
+    }
+    out
+}
+
+#[test]
+fn hla_forms_match_the_cpu() {
+    let (gpu, cpu) = (gpu(), cpu());
+    let mut worst: f64 = 0.0;
+    for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
+        for gates in [Gates::None, Gates::Data { lo: 0.85 }] {
+            // 17 tokens in chunks of 8: two full chunks and a ragged one.
+            let case = Case {
+                gates,
+                init_state: true,
+                ..Case::new(order)
+            };
+            for form in [Form::Recurrent, Form::Chunked(8)] {
+                let want = results(&case, form, &cpu);
+                let got = results(&case, form, &gpu);
+                assert_eq!(got.len(), want.len());
+                for ((name, g), (_, w)) in got.iter().zip(&want) {
+                    let err = rel_rms(g, w);
+                    assert!(
+                        err <= TOL,
+                        "{order:?} {form:?} {name}: wgpu vs ndarray {err:.3e} for {case:?}"
+                    );
+                    worst = worst.max(err);
+                }
+            }
+        }
+    }
+    eprintln!("HLA on {gpu:?} vs {cpu:?}: largest relative RMS error {worst:.2e}");
+}
+
+fn tokens(batch: usize, time: usize, vocab: usize, device: &Device) -> Tensor<2, Int> {
+    let mut rng = Rng::new(5);
+    let values: Vec<i64> = (0..batch * time)
+        .map(|_| rng.between(0.0, vocab as f64) as i64)
+        .collect();
+    Tensor::from_data(TensorData::new(values, [batch, time]), device)
+}
+
+/// The loss of one AdamW step's batch, and the loss after the step.
+fn train_step(config: &LmConfig, weights: burn::store::ModuleRecord, device: &Device) -> [f32; 2] {
+    let ad = device.clone().autodiff();
+    let model = config.init(&ad).load_record(weights);
+    let ids = tokens(3, 17, config.vocab_size, &ad);
+    let (inputs, targets) = (ids.clone().slice(s![.., 0..16]), ids.slice(s![.., 1..17]));
+    let loss = model.loss(inputs.clone(), targets.clone());
+    let before = loss.clone().into_scalar::<f32>();
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let model = AdamWConfig::new().init().step(1e-3, model, grads);
+    [before, model.loss(inputs, targets).into_scalar::<f32>()]
+}
+
+/// The same weights (initialised on the CPU: seeded initialisation differs by backend)
+/// give the same loss on both devices, before and after one AdamW step.
+#[test]
+fn lm_training_step_matches_the_cpu() {
+    for mixer in [
+        MixerKind::Hla2,
+        MixerKind::Hla3,
+        MixerKind::Ahla,
+        MixerKind::Linear,
+        MixerKind::Softmax,
+    ] {
+        let config = LmConfig::new(37)
+            .with_mixer(mixer)
+            .with_d_model(32)
+            .with_n_layers(2)
+            .with_n_heads(2)
+            .with_chunk_size(8)
+            .with_max_seq_len(64);
+        let cpu = cpu();
+        cpu.seed(17);
+        let weights = config.init(&cpu).into_record();
+        let want = train_step(&config, weights.clone(), &cpu);
+        let got = train_step(&config, weights, &gpu());
+        for (g, w) in got.iter().zip(&want) {
+            let err = f64::from((g - w).abs() / w.abs());
+            assert!(
+                err <= TOL,
+                "{mixer:?}: loss {g} on wgpu, {w} on ndarray (before, after the step: {got:?} vs {want:?})"
+            );
+        }
+        assert!(
+            want[1] < want[0],
+            "{mixer:?}: the step lowered no loss: {want:?}"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! `hla train --device wgpu`: a 20-step run of a tiny model on a corpus the test writes
+//! finishes, and its loss is finite and falls.
+#![cfg(feature = "wgpu")]
+
+use std::path::Path;
+use std::process::Command;
+
+/// A char-level corpus of repeating words and a one-layer model small enough for a
+/// software Vulkan device.
+fn tiny_config(dir: &Path) -> std::path::PathBuf {
+    let corpus = dir.join("corpus.txt");
+    let words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran"];
+    let text: Vec<&str> = (0..2000)
+        .map(|i| words[(i * 7 + i / 3) % words.len()])
+        .collect();
+    std::fs::write(&corpus, text.join(" ")).unwrap();
+    let config = dir.join("tiny.toml");
+    let toml = format!(
+        "[model]\nmixer = \"hla2\"\nd_model = 32\nn_layers = 1\nn_heads = 2\nchunk_size = 16\n\n\
+         [data]\ncorpus = \"{}\"\n\n\
+         [train]\ncontext = 32\nbatch_size = 8\nsteps = 20\neval_interval = 10\neval_batches = 2\n\
+         warmup_steps = 2\nlr = 3e-3\n",
+        corpus.display()
+    );
+    std::fs::write(&config, toml).unwrap();
+    config
+}
+
+/// The `(step, value)` rows of `metric` on `split` in a run's `metrics.csv`.
+fn metric(run: &Path, split: &str, metric: &str) -> Vec<(usize, f64)> {
+    std::fs::read_to_string(run.join("metrics.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            (fields[1] == split && fields[2] == metric)
+                .then(|| (fields[0].parse().unwrap(), fields[3].parse().unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn training_on_wgpu_lowers_the_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path());
+    let run = dir.path().join("run");
+    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
+        .args(["train", "--device", "wgpu", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&run)
+        .env("HLA_DATA_DIR", dir.path())
+        .env("HLA_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .expect("the hla binary runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Wgpu") && stdout.contains("step     20/20"),
+        "{stdout}"
+    );
+
+    let train = metric(&run, "train", "loss");
+    let steps: Vec<usize> = train.iter().map(|(step, _)| *step).collect();
+    assert_eq!(steps, [10, 20], "{train:?}");
+    let (first, last) = (train[0].1, train[1].1);
+    assert!(first.is_finite() && last.is_finite(), "{train:?}");
+    assert!(last < first, "the loss did not fall: {train:?}");
+    let valid = metric(&run, "valid", "loss");
+    assert!(
+        !valid.is_empty() && valid.iter().all(|(_, loss)| loss.is_finite()),
+        "{valid:?}"
+    );
+}
+
+/// A malformed adapter choice is a usage mistake: one message, exit status 2.
+#[test]
+fn a_bad_adapter_choice_has_one_clear_message() {
+    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
+        .args(["verify", "--device", "wgpu"])
+        .env("CUBECL_WGPU_DEFAULT_DEVICE", "Gpu(0)")
+        .output()
+        .expect("the hla binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: cannot start the wgpu device")
+            && stderr.contains("CUBECL_WGPU_DEFAULT_DEVICE: Gpu(0)")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
