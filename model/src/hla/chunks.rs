@@ -8,7 +8,30 @@
 
 use burn::prelude::*;
 
+use super::HlaInput;
 use super::decay::{Decay, mask_from};
+
+/// An input laid out in chunks (`[b, h, chunks, chunk, n]`), with the decay inside each.
+pub(crate) struct Chunked {
+    pub(crate) chunks: Chunks,
+    pub(crate) decay: Decay<5>,
+    pub(crate) q: Tensor<5>,
+    pub(crate) k: Tensor<5>,
+    pub(crate) v: Tensor<5>,
+}
+
+impl Chunked {
+    pub(crate) fn new(input: &HlaInput, chunk: usize) -> Self {
+        let chunks = Chunks::new(input.time(), chunk);
+        Self {
+            decay: chunks.decay(input.log_g.as_ref()),
+            q: chunks.split(input.q.clone()),
+            k: chunks.split(input.k.clone()),
+            v: chunks.split(input.v.clone()),
+            chunks,
+        }
+    }
+}
 
 pub(crate) struct Chunks {
     time: usize,

@@ -10,16 +10,19 @@
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, chunks::Chunks};
+use crate::hla::{HlaInput, chunks::Chunked};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    let chunks = Chunks::new(input.time(), chunk);
-    let decay = chunks.decay(input.log_g.as_ref());
-    let q = chunks.split(input.q.clone());
-    let kt = chunks.split(input.k.clone()).transpose();
-    let v = chunks.split(input.v.clone());
+    let Chunked {
+        chunks,
+        decay,
+        q,
+        k,
+        v,
+    } = Chunked::new(input, chunk);
+    let kt = k.transpose();
 
     let ds = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
