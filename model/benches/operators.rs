@@ -8,9 +8,15 @@ use std::time::Duration;
 use burn::prelude::*;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hla_model::bench::{Operator, OperatorInputs, Shape5, advance, decode_model};
+use hla_model::hla::Form;
 use hla_model::lm::MixerKind;
 
 const CHUNK: usize = 64;
+/// The language model's default chunk-parallel form.
+const FORM: Form = Form::Segmented {
+    chunk: CHUNK,
+    segment: 1024,
+};
 /// Room past the nominal position for the tokens decoded while measuring.
 const DRIFT: usize = 20_000;
 
@@ -44,9 +50,9 @@ fn operators(c: &mut Criterion) {
                 group.bench_with_input(BenchmarkId::new(op.name(), time), &x, |b, x| {
                     b.iter(|| {
                         if backward {
-                            x.forward_backward(op, CHUNK)
+                            x.forward_backward(op, FORM)
                         } else {
-                            x.forward(op, CHUNK)
+                            x.forward(op, FORM)
                         }
                     })
                 });

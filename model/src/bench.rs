@@ -124,13 +124,14 @@ impl OperatorInputs {
         }
     }
 
-    /// `op`'s output, `[batch, heads, time, dv]`.
-    pub fn forward(&self, op: Operator, chunk: usize) -> Tensor<4> {
+    /// `op`'s output, `[batch, heads, time, dv]`; `chunked` is the form of the chunk-parallel
+    /// operators ([`Form::Chunked`] or [`Form::Segmented`]).
+    pub fn forward(&self, op: Operator, chunked: Form) -> Tensor<4> {
         let (order, form) = match op {
-            Operator::Hla2Chunked => (Order::Second, Form::Chunked(chunk)),
-            Operator::Hla3Chunked => (Order::Third, Form::Chunked(chunk)),
+            Operator::Hla2Chunked => (Order::Second, chunked),
+            Operator::Hla3Chunked => (Order::Third, chunked),
             Operator::Hla2Recurrent => (Order::Second, Form::Recurrent),
-            Operator::LinearChunked => (Order::First, Form::Chunked(chunk)),
+            Operator::LinearChunked => (Order::First, chunked),
             Operator::Softmax => return self.softmax(),
         };
         let input = HlaInput::new(
@@ -149,8 +150,8 @@ impl OperatorInputs {
     /// # Panics
     ///
     /// If the inputs were not made on an autodiff device.
-    pub fn forward_backward(&self, op: Operator, chunk: usize) -> Tensor<4> {
-        let grads = self.forward(op, chunk).sum().backward();
+    pub fn forward_backward(&self, op: Operator, chunked: Form) -> Tensor<4> {
+        let grads = self.forward(op, chunked).sum().backward();
         self.q
             .grad(&grads)
             .expect("inputs made on an autodiff device")

@@ -6,6 +6,7 @@ mod common;
 
 use common::{TOL, devices, rel_rms};
 use hla_model::bench::{Operator, OperatorInputs, Shape5};
+use hla_model::hla::Form;
 
 fn shape(time: usize, chunk: usize) -> Shape5 {
     Shape5 {
@@ -23,17 +24,22 @@ fn workloads_run_forward_and_backward() {
     for device in devices() {
         let shape = shape(37, 16);
         let x = OperatorInputs::random(&shape, &device.clone().autodiff());
+        // Passes of 32 tokens: a whole one and a ragged one.
+        let form = Form::Segmented {
+            chunk: shape.chunk,
+            segment: 32,
+        };
         for op in Operator::ALL {
-            assert_eq!(x.forward(op, shape.chunk).dims(), [1, 2, 37, 4], "{op:?}");
-            let grad = x.forward_backward(op, shape.chunk);
+            assert_eq!(x.forward(op, form).dims(), [1, 2, 37, 4], "{op:?}");
+            let grad = x.forward_backward(op, form);
             assert_eq!(grad.dims(), [1, 2, 37, 8], "{op:?}");
             assert!(
                 grad.abs().sum().into_scalar::<f32>() > 0.0,
                 "{op:?}: zero gradient"
             );
         }
-        let chunked = x.forward(Operator::Hla2Chunked, shape.chunk);
-        let recurrent = x.forward(Operator::Hla2Recurrent, shape.chunk);
+        let chunked = x.forward(Operator::Hla2Chunked, form);
+        let recurrent = x.forward(Operator::Hla2Recurrent, form);
         assert!(rel_rms(&chunked, &recurrent) < TOL);
     }
 }

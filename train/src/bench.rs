@@ -1,6 +1,6 @@
 //! `hla bench`: operator time and memory against sequence length, decode latency against
-//! position, the chunked form's achieved GFLOP/s next to plain matmuls, and a chunk-size
-//! sweep. Every figure is the median of several timed repetitions after a warm-up.
+//! position, the chunked form's achieved GFLOP/s next to plain matmuls, and chunk-size and
+//! segment-size sweeps. Every figure is the median of several timed repetitions after a warm-up.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use burn::prelude::*;
 use hla_model::bench::{Operator, OperatorInputs, Shape5, advance, decode_model};
+use hla_model::hla::Form;
 use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,10 @@ pub struct Args {
     /// Chunk size of the chunked forms (the sweep measures the others).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     chunk: u32,
+    /// Most tokens per chunk-parallel pass (the language model's `segment_size`; the sweep
+    /// measures the others).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    segment: u32,
     /// Also write `bench.json` and `bench.md` into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -51,7 +56,7 @@ enum Section {
     Decode,
     /// Plain matmul GFLOP/s (the chunked forms' GFLOP/s come with `operators`).
     Matmul,
-    /// Chunk-size sweep of the second-order chunked form.
+    /// Chunk-size and segment-size sweeps of the second-order chunked form.
     Sweep,
 }
 
@@ -63,6 +68,9 @@ const DIM: usize = 64;
 const PREFILL_PIECE: usize = 1024;
 const SWEEP_CHUNKS: [usize; 5] = [16, 32, 64, 128, 256];
 const SWEEP_TIME: usize = 2048;
+/// Segment sizes swept at [`SEGMENT_SWEEP_TIME`]; the last is the whole sequence in one pass.
+const SWEEP_SEGMENTS: [usize; 6] = [256, 512, 1024, 2048, 4096, 8192];
+const SEGMENT_SWEEP_TIME: usize = 8192;
 /// The serial recurrence's backward pass grows quadratically with T (4× per doubling
 /// measured: each token is a slice of the whole sequence, and Burn's autodiff gives every
 /// slice a full-length gradient); it is timed up to this length only (training uses the
@@ -115,6 +123,7 @@ struct EfficiencyRow {
 #[derive(Debug, Serialize, Deserialize)]
 struct SweepRow {
     chunk: usize,
+    segment: usize,
     time: usize,
     pass: String,
     timing: Timing,
@@ -125,6 +134,7 @@ struct Report {
     device: String,
     quick: bool,
     chunk: usize,
+    segment: usize,
     batch: usize,
     heads: usize,
     d: usize,
@@ -134,6 +144,7 @@ struct Report {
     matmul: Vec<MatmulRow>,
     efficiency: Vec<EfficiencyRow>,
     chunk_sweep: Vec<SweepRow>,
+    segment_sweep: Vec<SweepRow>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -172,7 +183,7 @@ fn measure(args: &Args) -> Result<Report> {
         device: device.clone(),
         host_memory,
     };
-    let chunk = args.chunk as usize;
+    let (chunk, segment) = (args.chunk as usize, args.segment as usize);
     let times: &[usize] = if args.quick {
         &[256, 512, 1024, 2048]
     } else {
@@ -187,17 +198,21 @@ fn measure(args: &Args) -> Result<Report> {
     let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
     let longest = *times.last().expect("at least one length");
     let square = if args.quick { 512 } else { 1024 };
-    let operators = run_if(wanted(Section::Operators), || bench.operators(times, chunk))?;
+    let operators = run_if(wanted(Section::Operators), || {
+        bench.operators(times, chunk, segment)
+    })?;
     let decode = run_if(wanted(Section::Decode), || bench.decode(positions))?;
     let matmul = run_if(wanted(Section::Matmul), || {
         bench.matmuls(square, longest, chunk)
     })?;
     let efficiency = efficiency(&operators, chunk);
-    let chunk_sweep = run_if(wanted(Section::Sweep), || bench.chunk_sweep())?;
+    let chunk_sweep = run_if(wanted(Section::Sweep), || bench.chunk_sweep(segment))?;
+    let segment_sweep = run_if(wanted(Section::Sweep), || bench.segment_sweep(chunk))?;
     Ok(Report {
         device: args.device.clone(),
         quick: args.quick,
         chunk,
+        segment,
         batch: BATCH,
         heads: HEADS,
         d: DIM,
@@ -207,6 +222,7 @@ fn measure(args: &Args) -> Result<Report> {
         matmul,
         efficiency,
         chunk_sweep,
+        segment_sweep,
     })
 }
 
@@ -243,7 +259,8 @@ impl Bench {
         })
     }
 
-    fn operators(&self, times: &[usize], chunk: usize) -> Result<Vec<OperatorRow>> {
+    fn operators(&self, times: &[usize], chunk: usize, segment: usize) -> Result<Vec<OperatorRow>> {
+        let form = Form::Segmented { chunk, segment };
         let autodiff = self.device.clone().autodiff();
         let mut rows = Vec::new();
         for &time in times {
@@ -252,12 +269,12 @@ impl Bench {
             let x_grad = OperatorInputs::random(&shape, &autodiff);
             for op in Operator::ALL {
                 eprintln!("operator {} T={time}", op.name());
-                let fwd = self.time(|| drop(x.forward(op, chunk)))?;
+                let fwd = self.time(|| drop(x.forward(op, form)))?;
                 rows.push(operator_row(op, time, "forward", fwd));
                 if op == Operator::Hla2Recurrent && time > RECURRENT_BACKWARD_MAX {
                     continue;
                 }
-                let both = self.time(|| drop(x_grad.forward_backward(op, chunk)))?;
+                let both = self.time(|| drop(x_grad.forward_backward(op, form)))?;
                 rows.push(operator_row(op, time, "forward+backward", both));
             }
         }
@@ -317,30 +334,44 @@ impl Bench {
         Ok(rows)
     }
 
-    fn chunk_sweep(&self) -> Result<Vec<SweepRow>> {
-        let autodiff = self.device.clone().autodiff();
+    fn chunk_sweep(&self, segment: usize) -> Result<Vec<SweepRow>> {
         let mut rows = Vec::new();
         for chunk in SWEEP_CHUNKS {
             eprintln!("chunk sweep C={chunk}");
-            let shape = shape(SWEEP_TIME, chunk);
-            let x = OperatorInputs::random(&shape, &self.device);
-            let x_grad = OperatorInputs::random(&shape, &autodiff);
-            let op = Operator::Hla2Chunked;
-            let passes = [
-                ("forward", self.time(|| drop(x.forward(op, chunk)))?),
-                (
-                    "forward+backward",
-                    self.time(|| drop(x_grad.forward_backward(op, chunk)))?,
-                ),
-            ];
-            rows.extend(passes.into_iter().map(|(pass, timing)| SweepRow {
-                chunk,
-                time: SWEEP_TIME,
-                pass: pass.into(),
-                timing,
-            }));
+            rows.extend(self.sweep_point(SWEEP_TIME, chunk, segment)?);
         }
         Ok(rows)
+    }
+
+    fn segment_sweep(&self, chunk: usize) -> Result<Vec<SweepRow>> {
+        let mut rows = Vec::new();
+        for segment in SWEEP_SEGMENTS {
+            eprintln!("segment sweep {segment}");
+            rows.extend(self.sweep_point(SEGMENT_SWEEP_TIME, chunk, segment)?);
+        }
+        Ok(rows)
+    }
+
+    /// hla2-chunked forward and forward+backward at one chunk and segment size.
+    fn sweep_point(&self, time: usize, chunk: usize, segment: usize) -> Result<[SweepRow; 2]> {
+        let shape = shape(time, chunk);
+        let x = OperatorInputs::random(&shape, &self.device);
+        let x_grad = OperatorInputs::random(&shape, &self.device.clone().autodiff());
+        let (op, form) = (Operator::Hla2Chunked, Form::Segmented { chunk, segment });
+        let row = |pass: &str, timing| SweepRow {
+            chunk,
+            segment,
+            time,
+            pass: pass.into(),
+            timing,
+        };
+        Ok([
+            row("forward", self.time(|| drop(x.forward(op, form)))?),
+            row(
+                "forward+backward",
+                self.time(|| drop(x_grad.forward_backward(op, form)))?,
+            ),
+        ])
     }
 }
 
@@ -420,8 +451,8 @@ fn render(report: &Report) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "# hla bench on {} (B={}, H={}, d=dv={}, chunk {})\n",
-        report.device, report.batch, report.heads, report.d, report.chunk
+        "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, segment {})\n",
+        report.device, report.batch, report.heads, report.d, report.chunk, report.segment
     );
     render_operators(&mut md, report);
     render_decode(&mut md, report);
@@ -524,9 +555,14 @@ fn render_decode(md: &mut String, report: &Report) {
 fn render_efficiency(md: &mut String, report: &Report) {
     let _ = writeln!(
         md,
-        "\n## Efficiency: chunked forward GFLOP/s (matmul FLOPs of spec §5)\n\n\
-         | operator | T | GFLOP | GFLOP/s |\n|---|---:|---:|---:|"
+        "\n## Efficiency: chunked forward GFLOP/s (matmul FLOPs of spec §5)"
     );
+    if !report.efficiency.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n| operator | T | GFLOP | GFLOP/s |\n|---|---:|---:|---:|"
+        );
+    }
     for r in &report.efficiency {
         let _ = writeln!(
             md,
@@ -541,19 +577,29 @@ fn render_efficiency(md: &mut String, report: &Report) {
 }
 
 fn render_sweep(md: &mut String, report: &Report) {
-    let _ = writeln!(
-        md,
-        "\n## Chunk size sweep: hla2-chunked at T={SWEEP_TIME} (ms)\n\n\
-         | chunk | forward | forward+backward |\n|---:|---:|---:|"
-    );
-    for pair in report.chunk_sweep.chunks(2) {
+    let sweeps = [
+        ("chunk", SWEEP_TIME, &report.chunk_sweep),
+        ("segment", SEGMENT_SWEEP_TIME, &report.segment_sweep),
+    ];
+    for (name, time, rows) in sweeps {
+        if rows.is_empty() {
+            continue;
+        }
         let _ = writeln!(
             md,
-            "| {} | {:.2} | {:.2} |",
-            pair[0].chunk,
-            pair[0].timing.median_s * 1e3,
-            pair[1].timing.median_s * 1e3
+            "\n## {name} size sweep: hla2-chunked at T={time} (ms)\n\n\
+             | chunk | segment | forward | forward+backward |\n|---:|---:|---:|---:|"
         );
+        for pair in rows.chunks(2) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2} | {:.2} |",
+                pair[0].chunk,
+                pair[0].segment,
+                pair[0].timing.median_s * 1e3,
+                pair[1].timing.median_s * 1e3
+            );
+        }
     }
 }
 

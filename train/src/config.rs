@@ -40,6 +40,8 @@ pub struct ModelSection {
     pub shared_keys: bool,
     pub normalize: bool,
     pub chunk_size: usize,
+    pub segment_size: usize,
+    pub mlp: bool,
     pub d_ff: usize,
     pub dropout: f64,
     pub tie_embeddings: bool,
@@ -63,6 +65,8 @@ impl Default for ModelSection {
             shared_keys: c.shared_keys,
             normalize: c.normalize,
             chunk_size: c.chunk_size,
+            segment_size: c.segment_size,
+            mlp: c.mlp,
             d_ff: c.d_ff,
             dropout: c.dropout,
             tie_embeddings: c.tie_embeddings,
@@ -88,6 +92,8 @@ impl ModelSection {
             shared_keys: self.shared_keys,
             normalize: self.normalize,
             chunk_size: self.chunk_size,
+            segment_size: self.segment_size,
+            mlp: self.mlp,
             d_ff: self.d_ff,
             dropout: self.dropout,
             tie_embeddings: self.tie_embeddings,
@@ -163,7 +169,7 @@ impl RunConfig {
 
     pub fn parse(text: &str, overrides: &[String]) -> Result<Self> {
         // Without overrides the file is read directly, so errors carry its line and column.
-        let config: Self = if overrides.is_empty() {
+        let mut config: Self = if overrides.is_empty() {
             toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?
         } else {
             let mut table: toml::Table = toml::from_str(text)
@@ -177,6 +183,9 @@ impl RunConfig {
                     anyhow::anyhow!("with the --set overrides: {}", e.message())
                 })?
         };
+        // Validation runs every eval_interval steps and at the end: a run shorter than
+        // one interval validates at its end only.
+        config.train.eval_interval = config.train.eval_interval.min(config.train.steps);
         config.validate()?;
         Ok(config)
     }
@@ -224,6 +233,14 @@ impl RunConfig {
             if value == 0 {
                 bail!("train.{key} must be at least 1, got 0");
             }
+        }
+        if !t.steps.is_multiple_of(t.eval_interval) {
+            bail!(
+                "train.steps ({}) must be a multiple of train.eval_interval ({}): training runs \
+                 in whole validation intervals",
+                t.steps,
+                t.eval_interval
+            );
         }
         let longest = self.sequence_length()?;
         if self.model.mixer == MixerKind::Softmax && longest > self.model.max_seq_len {
@@ -363,6 +380,15 @@ mod tests {
         assert_eq!(config.train, TrainSection::default());
         let again = RunConfig::parse(&config.to_toml(), &[]).unwrap();
         assert_eq!(again, config, "the saved config reads back the same");
+    }
+
+    #[test]
+    fn a_run_shorter_than_one_eval_interval_validates_at_its_end() {
+        let config = RunConfig::parse(FILE, &["train.steps=40".into()]).unwrap();
+        assert_eq!(config.train.eval_interval, 40);
+        let sets = ["train.steps=600".into(), "train.eval_interval=250".into()];
+        let err = RunConfig::parse(FILE, &sets).unwrap_err();
+        assert!(format!("{err:#}").contains("multiple of"), "{err:#}");
     }
 
     #[test]

@@ -499,6 +499,11 @@ fn every_bad_input_has_one_clear_message() {
             "train.lr must be positive and finite",
         ),
         (
+            train(&["train.steps=5"]),
+            2,
+            "train.steps (5) must be a multiple of train.eval_interval (2)",
+        ),
+        (
             train(&["model.mixer=softmax", "model.max_seq_len=16"]),
             2,
             "longer than model.max_seq_len",

@@ -1,5 +1,6 @@
 //! `hla train --device wgpu`: a 20-step run of a tiny model on a corpus the test writes
-//! finishes, and its loss is finite and falls.
+//! finishes, and its loss is finite and falls; `hla bench --device wgpu` measures and
+//! reports.
 #![cfg(feature = "wgpu")]
 
 use std::path::Path;
@@ -92,5 +93,32 @@ fn a_bad_adapter_choice_has_one_clear_message() {
             && stderr.contains("CUBECL_WGPU_DEFAULT_DEVICE: Gpu(0)")
             && !stderr.contains("panicked"),
         "{stderr}"
+    );
+}
+
+/// `hla bench` on the wgpu device: the plain matmul section (the operators themselves are
+/// checked against ndarray in `model/tests/wgpu.rs`) gives positive GFLOP/s, and the
+/// report names the device.
+#[test]
+fn bench_runs_on_wgpu() {
+    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
+        .args([
+            "bench", "--device", "wgpu", "--quick", "--only", "matmul", "--json",
+        ])
+        .output()
+        .expect("the hla binary runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(report["device"], "wgpu");
+    let rows = report["matmul"].as_array().expect("matmul rows");
+    assert_eq!(rows.len(), 2, "{report}");
+    assert!(
+        rows.iter()
+            .all(|r| r["gflops"].as_f64().is_some_and(|g| g > 0.0)),
+        "{report}"
     );
 }

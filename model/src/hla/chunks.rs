@@ -59,8 +59,13 @@ impl Chunks {
     /// `[b, h, chunks, chunk, n]` → `[b, h, time, n]`.
     pub(crate) fn merge(&self, x: Tensor<5>) -> Tensor<4> {
         let [b, h, _, _, n] = x.dims();
-        x.reshape([b, h, self.count * self.size, n])
-            .narrow(2, 0, self.time)
+        let x = x.reshape([b, h, self.count * self.size, n]);
+        // Without padding, skip the narrow: its backward fills a full-size zero gradient.
+        if self.count * self.size == self.time {
+            x
+        } else {
+            x.narrow(2, 0, self.time)
+        }
     }
 
     /// The decay inside each chunk, from `log_g [b or 1, h or 1, time]`.

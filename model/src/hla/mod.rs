@@ -65,8 +65,35 @@ pub enum Form {
     Reference,
     /// Token by token with the constant state.
     Recurrent,
-    /// Chunk-parallel with the given chunk size (≥ 1).
+    /// Chunk-parallel with the given chunk size (≥ 1), every chunk in one pass.
     Chunked(usize),
+    /// Chunk-parallel in passes of at most `segment` tokens (whole chunks, at least one),
+    /// one pass after another carrying the state: the working set and the chunk scan
+    /// (quadratic in the chunks of one pass) stay bounded, so time grows linearly with
+    /// the length.
+    Segmented { chunk: usize, segment: usize },
+}
+
+impl Form {
+    /// Runs the form of one operator, given its three forms.
+    fn run<S>(
+        self,
+        input: &HlaInput,
+        state: S,
+        reference: fn(&HlaInput, S) -> (Tensor<4>, S),
+        recurrent: fn(&HlaInput, S) -> (Tensor<4>, S),
+        chunked: fn(&HlaInput, S, usize) -> (Tensor<4>, S),
+    ) -> (Tensor<4>, S) {
+        match self {
+            Form::Reference => reference(input, state),
+            Form::Recurrent => recurrent(input, state),
+            Form::Chunked(chunk) => chunked(input, state, chunk),
+            Form::Segmented { chunk, segment } => {
+                let pass = (segment / chunk.max(1)).max(1) * chunk;
+                spans::scan(input, state, pass, |x, s| chunked(x, s, chunk))
+            }
+        }
+    }
 }
 
 /// Runs `order` over a sequence in the given `form`, starting from `state` (zeros when
@@ -90,35 +117,37 @@ pub fn forward(
     let input = output.augment(input);
     let (o, state) = match (order, state) {
         (Order::First, HlaState::First(s)) => {
-            let (o, s) = match form {
-                Form::Reference => first::reference(&input, s),
-                Form::Recurrent => first::recurrent(&input, s),
-                Form::Chunked(c) => first::chunked(&input, s, c),
-            };
+            let (o, s) = form.run(
+                &input,
+                s,
+                first::reference,
+                first::recurrent,
+                first::chunked,
+            );
             (o, HlaState::First(s))
         }
         (Order::Second, HlaState::Second(s)) => {
-            let (o, s) = match form {
-                Form::Reference => second::reference(&input, s),
-                Form::Recurrent => second::recurrent(&input, s),
-                Form::Chunked(c) => second::chunked(&input, s, c),
-            };
+            let (o, s) = form.run(
+                &input,
+                s,
+                second::reference,
+                second::recurrent,
+                second::chunked,
+            );
             (o, HlaState::Second(s))
         }
         (Order::Third, HlaState::Third(s)) => {
-            let (o, s) = match form {
-                Form::Reference => third::reference(&input, s),
-                Form::Recurrent => third::recurrent(&input, s),
-                Form::Chunked(c) => third::chunked(&input, s, c),
-            };
+            let (o, s) = form.run(
+                &input,
+                s,
+                third::reference,
+                third::recurrent,
+                third::chunked,
+            );
             (o, HlaState::Third(s))
         }
         (Order::Asymmetric, HlaState::Asymmetric(s)) => {
-            let (o, s) = match form {
-                Form::Reference => ahla::reference(&input, s),
-                Form::Recurrent => ahla::recurrent(&input, s),
-                Form::Chunked(c) => ahla::chunked(&input, s, c),
-            };
+            let (o, s) = form.run(&input, s, ahla::reference, ahla::recurrent, ahla::chunked);
             (o, HlaState::Asymmetric(s))
         }
         (order, state) => panic!(

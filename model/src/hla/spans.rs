@@ -15,6 +15,10 @@ pub(crate) fn scan<S>(
 ) -> (Tensor<4>, S) {
     assert!(size > 0, "the chunk size must be at least 1");
     let time = input.time();
+    if time <= size {
+        // One span: slicing would only cost a full-size gradient buffer in backward.
+        return step(input, state);
+    }
     let mut state = state;
     let mut outputs = Vec::with_capacity(time.div_ceil(size));
     for from in (0..time).step_by(size) {

@@ -1,4 +1,4 @@
-//! A pre-norm block: `x + mixer(norm(x))`, then `x + mlp(norm(x))`.
+//! A pre-norm block: `x + mixer(norm(x))`, then `x + mlp(norm(x))` when it has an MLP.
 
 use burn::module::Initializer;
 use burn::nn::{
@@ -14,14 +14,14 @@ use crate::hla::Form;
 pub struct Block {
     mixer_norm: RmsNorm,
     mixer: Mixer,
-    mlp_norm: RmsNorm,
-    mlp: Mlp,
+    mlp: Option<Mlp>,
     dropout: Dropout,
 }
 
-/// SwiGLU feed-forward: `down(silu(W₁ x) ⊙ W₂ x)`.
+/// SwiGLU feed-forward after its pre-norm: `down(silu(W₁ x) ⊙ W₂ x)`.
 #[derive(Module, Debug)]
 pub struct Mlp {
+    norm: RmsNorm,
     up: SwiGlu,
     down: Linear,
 }
@@ -33,8 +33,8 @@ impl Block {
         Self {
             mixer_norm: RmsNormConfig::new(d).init(device),
             mixer: Mixer::new(config, device),
-            mlp_norm: RmsNormConfig::new(d).init(device),
-            mlp: Mlp {
+            mlp: config.mlp.then(|| Mlp {
+                norm: RmsNormConfig::new(d).init(device),
                 up: SwiGluConfig::new(d, d_ff)
                     .with_initializer(normal(config.init_std))
                     .init(device),
@@ -42,7 +42,7 @@ impl Block {
                     .with_bias(false)
                     .with_initializer(normal(config.residual_std()))
                     .init(device),
-            },
+            }),
             dropout: DropoutConfig::new(config.dropout).init(),
         }
     }
@@ -58,14 +58,21 @@ impl Block {
             .mixer
             .forward(self.mixer_norm.forward(x.clone()), state, form);
         let x = x + self.dropout.forward(mixed);
-        let mlp = self
-            .mlp
-            .down
-            .forward(self.mlp.up.forward(self.mlp_norm.forward(x.clone())));
-        (x + self.dropout.forward(mlp), state)
+        let x = match &self.mlp {
+            Some(mlp) => x.clone() + self.dropout.forward(mlp.forward(x)),
+            None => x,
+        };
+        (x, state)
     }
 
     pub fn state_size(&self, context: usize, device: &Device) -> usize {
         self.mixer.state_size(context, device)
+    }
+}
+
+impl Mlp {
+    /// `x [batch, time, d_model]` → same shape.
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.down.forward(self.up.forward(self.norm.forward(x)))
     }
 }

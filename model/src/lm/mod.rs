@@ -126,6 +126,13 @@ pub struct LmConfig {
     pub normalize: bool,
     #[config(default = 64)]
     pub chunk_size: usize,
+    /// Most tokens computed chunk-parallel in one pass (rounded down to whole chunks);
+    /// longer inputs run in passes that carry the state (see [`Form::Segmented`]).
+    #[config(default = 1024)]
+    pub segment_size: usize,
+    /// A SwiGLU MLP after each mixer; `false`: mixers only (Zoology's MQAR models).
+    #[config(default = true)]
+    pub mlp: bool,
     /// Hidden width of the SwiGLU MLP; 0: 8/3 of d_model, rounded up to a multiple of 16.
     #[config(default = 0)]
     pub d_ff: usize,
@@ -188,6 +195,9 @@ impl LmConfig {
         if self.chunk_size == 0 {
             return fail("chunk_size", "at least 1", &self.chunk_size);
         }
+        if self.segment_size == 0 {
+            return fail("segment_size", "at least 1", &self.segment_size);
+        }
         if !(0.0..1.0).contains(&self.dropout) {
             return fail("dropout", "in [0, 1)", &self.dropout);
         }
@@ -221,7 +231,10 @@ impl LmConfig {
                     .init(device)
             }),
             dropout: DropoutConfig::new(self.dropout).init(),
-            chunk_size: self.chunk_size,
+            form: Form::Segmented {
+                chunk: self.chunk_size,
+                segment: self.segment_size,
+            },
         }
     }
 
@@ -249,7 +262,9 @@ pub struct Lm {
     /// `None`: tied to the embedding.
     head: Option<Linear>,
     dropout: Dropout,
-    chunk_size: usize,
+    /// The chunk-parallel form of training and prefill.
+    #[module(skip)]
+    form: Form,
 }
 
 /// The per-sequence state of every layer between [`Lm::prefill`] and [`Lm::step`] calls.
@@ -283,7 +298,7 @@ impl Lm {
     /// `tokens [batch, time]` → logits `[batch, time, vocab]`, chunk-parallel (training).
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
         let mut state = self.init_state(tokens.dims()[0]);
-        self.run(tokens, &mut state, Form::Chunked(self.chunk_size))
+        self.run(tokens, &mut state, self.form)
     }
 
     /// An empty state (no token seen) for `batch` sequences.
@@ -298,7 +313,7 @@ impl Lm {
     /// `tokens [batch, time]` → logits `[batch, time, vocab]`, chunk-parallel over a prompt,
     /// continuing from and updating `state`.
     pub fn prefill(&self, tokens: Tensor<2, Int>, state: &mut LmState) -> Tensor<3> {
-        self.run(tokens, state, Form::Chunked(self.chunk_size))
+        self.run(tokens, state, self.form)
     }
 
     /// `tokens [batch]` → next-token logits `[batch, vocab]` with the serial recurrence,
