@@ -506,7 +506,7 @@ mod tests {
             }
             count += 1;
         }
-        assert!(count >= 2, "shakespeare-char and mqar-ladder");
+        assert!(count >= 3, "shakespeare-char, mqar and mqar-long");
     }
 
     #[test]
