@@ -27,6 +27,17 @@ fn tiny_config(dir: &Path) -> std::path::PathBuf {
     config
 }
 
+/// Runs `command`, checks that it succeeded, and returns its standard output.
+fn stdout_of(command: &mut Command) -> String {
+    let output = command.output().expect("the hla binary runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    stdout.into_owned()
+}
+
 /// The `(step, value)` rows of `metric` on `split` in a run's `metrics.csv`.
 fn metric(run: &Path, split: &str, metric: &str) -> Vec<(usize, f64)> {
     std::fs::read_to_string(run.join("metrics.csv"))
@@ -46,20 +57,15 @@ fn training_on_wgpu_lowers_the_loss() {
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_config(dir.path());
     let run = dir.path().join("run");
-    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hla"));
+    command
         .args(["train", "--device", "wgpu", "--config"])
         .arg(&config)
         .arg("--out")
         .arg(&run)
         .env("HLA_DATA_DIR", dir.path())
-        .env("HLA_CACHE_DIR", dir.path().join("cache"))
-        .output()
-        .expect("the hla binary runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+        .env("HLA_CACHE_DIR", dir.path().join("cache"));
+    let stdout = stdout_of(&mut command);
     assert!(
         stdout.contains("Wgpu") && stdout.contains("step     20/20"),
         "{stdout}"
@@ -101,17 +107,9 @@ fn a_bad_adapter_choice_has_one_clear_message() {
 /// report names the device.
 #[test]
 fn bench_runs_on_wgpu() {
-    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
-        .args([
-            "bench", "--device", "wgpu", "--quick", "--only", "matmul", "--json",
-        ])
-        .output()
-        .expect("the hla binary runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
+        "bench", "--device", "wgpu", "--quick", "--only", "matmul", "--json",
+    ]));
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
     assert_eq!(report["device"], "wgpu");
     let rows = report["matmul"].as_array().expect("matmul rows");
