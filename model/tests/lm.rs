@@ -30,7 +30,15 @@ fn tiny(mixer: MixerKind) -> LmConfig {
 /// The options a mixer can take, each changed from the defaults on its own.
 fn variants(mixer: MixerKind) -> Vec<LmConfig> {
     let base = tiny(mixer);
-    let mut out = vec![base.clone(), base.clone().with_short_conv(0)];
+    let mut out = vec![
+        base.clone(),
+        base.clone().with_short_conv(0),
+        // Mixers only; passes of 8 tokens (two chunks of 4) carrying the state.
+        base.clone()
+            .with_mlp(false)
+            .with_chunk_size(4)
+            .with_segment_size(8),
+    ];
     if mixer != MixerKind::Softmax {
         out.extend([
             base.clone().with_decay(DecayKind::Gated),
@@ -184,7 +192,8 @@ fn expected_params(c: &LmConfig) -> usize {
     };
     let out_gate = if c.output_gate { d * d } else { 0 };
     let mixer = 3 * d * d + d * d_k + conv + gate + out_norm + out_gate;
-    let block = 2 * d + mixer + 3 * d * c.d_ff();
+    let mlp = if c.mlp { d + 3 * d * c.d_ff() } else { 0 };
+    let block = d + mixer + mlp;
     let head = if c.tie_embeddings { 0 } else { v * d };
     v * d + c.n_layers * block + d + head
 }
