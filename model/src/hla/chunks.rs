@@ -61,7 +61,7 @@ impl Chunks {
         let [b, h, _, _, n] = x.dims();
         let x = x.reshape([b, h, self.count * self.size, n]);
         // Without padding, skip the narrow: its backward fills a full-size zero gradient.
-        if self.count * self.size == self.time {
+        if self.padding() == 0 {
             x
         } else {
             x.narrow(2, 0, self.time)
@@ -107,9 +107,14 @@ impl Chunks {
         (starts, last)
     }
 
+    /// Tokens of padding after the last real one.
+    fn padding(&self) -> usize {
+        self.count * self.size - self.time
+    }
+
     /// Zero padding at the end of `dim` up to a whole number of chunks.
     fn pad<const D: usize>(&self, x: Tensor<D>, dim: usize) -> Tensor<D> {
-        let missing = self.count * self.size - self.time;
+        let missing = self.padding();
         if missing == 0 {
             return x;
         }
