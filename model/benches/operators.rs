@@ -13,10 +13,7 @@ use hla_model::lm::MixerKind;
 
 const CHUNK: usize = 64;
 /// The language model's default chunk-parallel form.
-const FORM: Form = Form::Segmented {
-    chunk: CHUNK,
-    segment: 1024,
-};
+const FORM: Form = Form::Chunked(CHUNK);
 /// Room past the nominal position for the tokens decoded while measuring.
 const DRIFT: usize = 20_000;
 

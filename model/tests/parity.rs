@@ -123,7 +123,8 @@ fn strong_gates_stay_exact() {
                 ..Case::new(order)
             };
             let (o_ref, s_ref) = run(&case, Form::Reference, &device);
-            for form in [Form::Recurrent, Form::Chunked(64)] {
+            // Chunks of one token: 258 elements in the chunk-axis scan, two levels of blocks.
+            for form in [Form::Recurrent, Form::Chunked(64), Form::Chunked(1)] {
                 let (o, s) = run(&case, form, &device);
                 let tag = format!("{order:?} {form:?}/reference");
                 worst.check(&tag, &o, &o_ref, &case);

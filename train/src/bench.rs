@@ -30,9 +30,9 @@ pub struct Args {
     /// Chunk size of the chunked forms (the sweep measures the others).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     chunk: u32,
-    /// Most tokens per chunk-parallel pass (the language model's `segment_size`; the sweep
-    /// measures the others).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Most tokens per chunk-parallel pass, 0: one pass (the language model's
+    /// `segment_size`; the sweep measures the others).
+    #[arg(long, default_value_t = 0)]
     segment: u32,
     /// Also write `bench.json` and `bench.md` into this directory.
     #[arg(long)]
@@ -260,7 +260,7 @@ impl Bench {
     }
 
     fn operators(&self, times: &[usize], chunk: usize, segment: usize) -> Result<Vec<OperatorRow>> {
-        let form = Form::Segmented { chunk, segment };
+        let form = Form::passes(chunk, segment);
         let autodiff = self.device.clone().autodiff();
         let mut rows = Vec::new();
         for &time in times {
@@ -357,7 +357,7 @@ impl Bench {
         let shape = shape(time, chunk);
         let x = OperatorInputs::random(&shape, &self.device);
         let x_grad = OperatorInputs::random(&shape, &self.device.clone().autodiff());
-        let (op, form) = (Operator::Hla2Chunked, Form::Segmented { chunk, segment });
+        let (op, form) = (Operator::Hla2Chunked, Form::passes(chunk, segment));
         let row = |pass: &str, timing| SweepRow {
             chunk,
             segment,
@@ -449,10 +449,14 @@ fn median(report: &Report, operator: &str, pass: &str, time: usize) -> Option<f6
 
 fn render(report: &Report) -> String {
     let mut md = String::new();
+    let passes = match report.segment {
+        0 => "one pass".to_string(),
+        n => format!("passes of {n}"),
+    };
     let _ = writeln!(
         md,
-        "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, segment {})\n",
-        report.device, report.batch, report.heads, report.d, report.chunk, report.segment
+        "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes})\n",
+        report.device, report.batch, report.heads, report.d, report.chunk
     );
     render_operators(&mut md, report);
     render_decode(&mut md, report);

@@ -68,6 +68,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    alloc::keep_freed_buffers();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Train(args) => train::run(args),

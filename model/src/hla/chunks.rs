@@ -81,9 +81,9 @@ impl Chunks {
     /// last one, `[b, h, rows, cols]`, of `X_{n+1} = ρ_n^p X_n + Δ_n` from `X_0 = initial`,
     /// given every chunk's contribution `deltas [b, h, chunks, rows, cols]`.
     ///
-    /// With `Δ_{−1} = X_0`, `X_{n+1} = Σ_{m≤n} (Π_{m<l≤n} ρ_l^p) Δ_m`: the decay mask of
-    /// the chunk axis applied by one matmul (a cumulative sum without gates), instead of a
-    /// loop over chunks.
+    /// With `Δ_{−1} = X_0`, `X_{n+1} = Σ_{m≤n} (Π_{m<l≤n} ρ_l^p) Δ_m`: a cumulative sum
+    /// along the chunk axis (decayed with gates, [`decayed_cumsum`]) instead of a loop
+    /// over chunks.
     pub(crate) fn scan(
         &self,
         initial: Tensor<4>,
@@ -97,8 +97,11 @@ impl Chunks {
             None => x.cumsum(2),
             Some(log_rho) => {
                 let [b, h, n, rows, cols] = x.dims();
-                let mask = chunk_axis_mask(log_rho);
-                mask.matmul(x.reshape([b, h, n, rows * cols]))
+                let [gb, gh, ..] = log_rho.dims();
+                // No decay into element 0, the initial state.
+                let none = Tensor::zeros([gb, gh, 1], &log_rho.device());
+                let log_rho = Tensor::cat(vec![none, log_rho.reshape([gb, gh, self.count])], 2);
+                decayed_cumsum(x.reshape([b, h, n, rows * cols]), log_rho.unsqueeze_dim(3))
                     .reshape([b, h, n, rows, cols])
             }
         };
@@ -114,22 +117,110 @@ impl Chunks {
 
     /// Zero padding at the end of `dim` up to a whole number of chunks.
     fn pad<const D: usize>(&self, x: Tensor<D>, dim: usize) -> Tensor<D> {
-        let missing = self.padding();
-        if missing == 0 {
-            return x;
-        }
-        let mut shape = x.dims();
-        shape[dim] = missing;
-        let zeros = Tensor::zeros(shape, &x.device());
-        Tensor::cat(vec![x, zeros], dim)
+        pad_end(x, dim, self.count * self.size)
     }
 }
 
-/// `D_{nm} = Π_{m<l≤n} ρ_l` over the chunk axis with one more element in front (no decay
-/// into it), `[.., chunks + 1, chunks + 1]`, from `log_rho [.., chunks, 1, 1]`.
-fn chunk_axis_mask(log_rho: Tensor<5>) -> Tensor<4> {
-    let [b, h, n, _, _] = log_rho.dims();
-    let none = Tensor::zeros([b, h, 1], &log_rho.device());
-    let log_rho = Tensor::cat(vec![none, log_rho.reshape([b, h, n])], 2);
-    mask_from(log_rho.cumsum(2).unsqueeze_dim(3))
+/// Elements per block of [`decayed_cumsum`]: its matmuls cost `n · SCAN_BLOCK` per column
+/// and level, and each level leaves `n / SCAN_BLOCK` elements to the next. Up to two blocks'
+/// worth, one mask over all elements is cheaper than the extra elementwise passes.
+const SCAN_BLOCK: usize = 16;
+
+/// `P_j = λ_j P_{j−1} + x_j` along dim 2 of `x [b, h, n, cols]` (`P_{−1} = 0`), from
+/// `log λ [b or 1, h or 1, n, 1]`: `P_j = Σ_{m≤j} (Π_{m<l≤j} λ_l) x_m`.
+///
+/// For a few elements that is one matmul with the decay mask. Longer inputs are
+/// cut into blocks: one batched matmul scans inside every block, the blocks' totals are
+/// scanned by the same function, and each block then adds its predecessors' total decayed
+/// to every element. The work is linear in `n` where one mask over all of it would be
+/// quadratic.
+fn decayed_cumsum(x: Tensor<4>, log_lambda: Tensor<4>) -> Tensor<4> {
+    let [b, h, n, cols] = x.dims();
+    if n <= 2 * SCAN_BLOCK {
+        return mask_from(log_lambda.cumsum(2)).matmul(x);
+    }
+    let blocks = n.div_ceil(SCAN_BLOCK);
+    let [gb, gh, ..] = log_lambda.dims();
+    // Padding: zero elements without decay, after the last real one.
+    let x = pad_end(x, 2, blocks * SCAN_BLOCK).reshape([b, h, blocks, SCAN_BLOCK, cols]);
+    let log_lambda =
+        pad_end(log_lambda, 2, blocks * SCAN_BLOCK).reshape([gb, gh, blocks, SCAN_BLOCK, 1]);
+    // Decay from each block's start (its first element's λ included) to each element.
+    let within = log_lambda.cumsum(3);
+    let inside = mask_from(within.clone()).matmul(x);
+    let last = SCAN_BLOCK - 1;
+    let totals = inside
+        .clone()
+        .narrow(3, last, 1)
+        .reshape([b, h, blocks, cols]);
+    let whole = within
+        .clone()
+        .narrow(3, last, 1)
+        .reshape([gb, gh, blocks, 1]);
+    let ends = decayed_cumsum(totals, whole);
+    let before = Tensor::cat(
+        vec![
+            Tensor::zeros([b, h, 1, cols], &ends.device()),
+            ends.narrow(2, 0, blocks - 1),
+        ],
+        2,
+    );
+    let p = inside + within.exp() * before.unsqueeze_dim(3);
+    let p = p.reshape([b, h, blocks * SCAN_BLOCK, cols]);
+    if blocks * SCAN_BLOCK == n {
+        p
+    } else {
+        p.narrow(2, 0, n)
+    }
+}
+
+/// Zero padding at the end of `dim` up to `len`.
+fn pad_end<const D: usize>(x: Tensor<D>, dim: usize, len: usize) -> Tensor<D> {
+    let mut shape = x.dims();
+    let missing = len - shape[dim];
+    if missing == 0 {
+        return x;
+    }
+    shape[dim] = missing;
+    let zeros = Tensor::zeros(shape, &x.device());
+    Tensor::cat(vec![x, zeros], dim)
+}
+
+#[cfg(all(test, feature = "ndarray"))]
+mod tests {
+    use burn::tensor::{Distribution, TensorData};
+
+    use super::*;
+    use crate::compare::relative_rms_error;
+
+    /// The blocked scan against the serial recurrence, at lengths of one block, one more
+    /// than a block (ragged) and three levels of blocks.
+    #[test]
+    fn decayed_cumsum_is_the_recurrence() {
+        #[allow(deprecated)]
+        let device = Device::ndarray();
+        let (b, cols) = (2, 3);
+        for n in [1, 2 * SCAN_BLOCK, 2 * SCAN_BLOCK + 1, 600] {
+            let x = Tensor::<4>::random([b, 1, n, cols], Distribution::Normal(0.0, 1.0), &device);
+            let log_lambda =
+                Tensor::<4>::random([1, 1, n, 1], Distribution::Uniform(-1.0, 0.0), &device);
+            let got = decayed_cumsum(x.clone(), log_lambda.clone());
+            let x = x.into_data().try_to_vec::<f32>().unwrap();
+            let log_lambda = log_lambda.into_data().try_to_vec::<f32>().unwrap();
+            let mut want = vec![0.0f32; x.len()];
+            for batch in 0..b {
+                let mut p = vec![0.0f32; cols];
+                for (j, l) in log_lambda.iter().enumerate() {
+                    for (c, p) in p.iter_mut().enumerate() {
+                        let at = (batch * n + j) * cols + c;
+                        *p = l.exp() * *p + x[at];
+                        want[at] = *p;
+                    }
+                }
+            }
+            let want = Tensor::<4>::from_data(TensorData::new(want, [b, 1, n, cols]), &device);
+            let error = relative_rms_error(got, want);
+            assert!(error < 1e-5, "n = {n}: relative RMS error {error:e}");
+        }
+    }
 }

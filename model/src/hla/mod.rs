@@ -68,13 +68,23 @@ pub enum Form {
     /// Chunk-parallel with the given chunk size (≥ 1), every chunk in one pass.
     Chunked(usize),
     /// Chunk-parallel in passes of at most `segment` tokens (whole chunks, at least one),
-    /// one pass after another carrying the state: the working set and the chunk scan
-    /// (quadratic in the chunks of one pass) stay bounded, so time grows linearly with
-    /// the length.
+    /// one pass after another carrying the state: bounds the working set of a forward
+    /// pass. Each pass's input is a slice, whose gradient Burn builds at the full length,
+    /// so for training one pass ([`Form::Chunked`]) is faster.
     Segmented { chunk: usize, segment: usize },
 }
 
 impl Form {
+    /// Chunk-parallel with `chunk` tokens per chunk, in passes of at most `segment`
+    /// tokens; `segment` 0: one pass.
+    pub fn passes(chunk: usize, segment: usize) -> Self {
+        if segment == 0 {
+            Form::Chunked(chunk)
+        } else {
+            Form::Segmented { chunk, segment }
+        }
+    }
+
     /// Runs the form of one operator, given its three forms.
     fn run<S>(
         self,

@@ -127,8 +127,9 @@ pub struct LmConfig {
     #[config(default = 64)]
     pub chunk_size: usize,
     /// Most tokens computed chunk-parallel in one pass (rounded down to whole chunks);
-    /// longer inputs run in passes that carry the state (see [`Form::Segmented`]).
-    #[config(default = 1024)]
+    /// longer inputs run in passes that carry the state (see [`Form::Segmented`]). 0: the
+    /// whole sequence in one pass, the fastest (the segment sweep of `hla bench`).
+    #[config(default = 0)]
     pub segment_size: usize,
     /// A SwiGLU MLP after each mixer; `false`: mixers only (Zoology's MQAR models).
     #[config(default = true)]
@@ -195,9 +196,6 @@ impl LmConfig {
         if self.chunk_size == 0 {
             return fail("chunk_size", "at least 1", &self.chunk_size);
         }
-        if self.segment_size == 0 {
-            return fail("segment_size", "at least 1", &self.segment_size);
-        }
         if !(0.0..1.0).contains(&self.dropout) {
             return fail("dropout", "in [0, 1)", &self.dropout);
         }
@@ -231,10 +229,7 @@ impl LmConfig {
                     .init(device)
             }),
             dropout: DropoutConfig::new(self.dropout).init(),
-            form: Form::Segmented {
-                chunk: self.chunk_size,
-                segment: self.segment_size,
-            },
+            form: Form::passes(self.chunk_size, self.segment_size),
         }
     }
 
