@@ -9,7 +9,7 @@
 use burn::prelude::*;
 
 use super::HlaInput;
-use super::decay::{Decay, mask_from};
+use super::decay::{Decay, decay_between, mask_from};
 
 /// An input laid out in chunks (`[b, h, chunks, chunk, n]`), with the decay inside each.
 pub(crate) struct Chunked {
@@ -79,10 +79,8 @@ impl Chunks {
 
     /// The states at the start of every chunk, `[b, h, chunks, rows, cols]`, and after the
     /// last one, `[b, h, rows, cols]`, of `X_{n+1} = ρ_n^p X_n + Δ_n` from `X_0 = initial`,
-    /// given every chunk's contribution `deltas [b, h, chunks, rows, cols]`.
-    ///
-    /// With `Δ_{−1} = X_0`, `X_{n+1} = Σ_{m≤n} (Π_{m<l≤n} ρ_l^p) Δ_m`: a cumulative sum
-    /// along the chunk axis (decayed with gates, [`decayed_cumsum`]) instead of a loop
+    /// given every chunk's contribution `deltas [b, h, chunks, rows, cols]`: a cumulative
+    /// sum along the chunk axis (decayed with gates, [`decayed_scan`]) instead of a loop
     /// over chunks.
     pub(crate) fn scan(
         &self,
@@ -91,23 +89,26 @@ impl Chunks {
         decay: &Decay<5>,
         p: f64,
     ) -> (Tensor<5>, Tensor<4>) {
-        // Element 0 is X_0 itself; element n + 1 becomes X_{n+1}.
-        let x = Tensor::cat(vec![initial.unsqueeze_dim(2), deltas], 2);
-        let x = match decay.log_rho(p) {
-            None => x.cumsum(2),
+        let [b, h, n, rows, cols] = deltas.dims();
+        let initial = initial.reshape([b, h, rows * cols]);
+        let deltas = deltas.reshape([b, h, n, rows * cols]);
+        let (starts, last) = match decay.log_rho(p) {
+            None => {
+                // X_n = X_0 + Σ_{m<n} Δ_m; slicing a shifted cumsum would cost a full-size
+                // gradient buffer per slice.
+                let last = initial.clone() + deltas.clone().sum_dim(2).squeeze_dim(2);
+                let starts = deltas.clone().cumsum(2) - deltas + initial.unsqueeze_dim(2);
+                (starts, last)
+            }
             Some(log_rho) => {
-                let [b, h, n, rows, cols] = x.dims();
                 let [gb, gh, ..] = log_rho.dims();
-                // No decay into element 0, the initial state.
-                let none = Tensor::zeros([gb, gh, 1], &log_rho.device());
-                let log_rho = Tensor::cat(vec![none, log_rho.reshape([gb, gh, self.count])], 2);
-                decayed_cumsum(x.reshape([b, h, n, rows * cols]), log_rho.unsqueeze_dim(3))
-                    .reshape([b, h, n, rows, cols])
+                decayed_scan(initial, deltas, log_rho.reshape([gb, gh, n, 1]))
             }
         };
-        let starts = x.clone().narrow(2, 0, self.count);
-        let last = x.narrow(2, self.count, 1).squeeze_dim(2);
-        (starts, last)
+        (
+            starts.reshape([b, h, n, rows, cols]),
+            last.reshape([b, h, rows, cols]),
+        )
     }
 
     /// Tokens of padding after the last real one.
@@ -121,57 +122,59 @@ impl Chunks {
     }
 }
 
-/// Elements per block of [`decayed_cumsum`]: its matmuls cost `n · SCAN_BLOCK` per column
-/// and level, and each level leaves `n / SCAN_BLOCK` elements to the next. Up to two blocks'
-/// worth, one mask over all elements is cheaper than the extra elementwise passes.
+/// Chunks per block of [`decayed_scan`]: its matmuls cost `SCAN_BLOCK` per chunk, column
+/// and level, and each level leaves a block total per block to the next. Up to two blocks'
+/// worth, one mask over all chunks is cheaper than the extra elementwise passes.
 const SCAN_BLOCK: usize = 16;
 
-/// `P_j = λ_j P_{j−1} + x_j` along dim 2 of `x [b, h, n, cols]` (`P_{−1} = 0`), from
-/// `log λ [b or 1, h or 1, n, 1]`: `P_j = Σ_{m≤j} (Π_{m<l≤j} λ_l) x_m`.
+/// `X_{n+1} = ρ_n X_n + Δ_n` for `initial X_0 [b, h, cols]`, `deltas Δ [b, h, n, cols]` and
+/// `log ρ [b or 1, h or 1, n, 1]`: returns `X_0 … X_{n−1}` `[b, h, n, cols]` and `X_n`
+/// `[b, h, cols]`, with `X_n = Σ_{m<n} (Π_{m<l<n} ρ_l) Δ_m + (Π_{l<n} ρ_l) X_0`.
 ///
-/// For a few elements that is one matmul with the decay mask. Longer inputs are
-/// cut into blocks: one batched matmul scans inside every block, the blocks' totals are
-/// scanned by the same function, and each block then adds its predecessors' total decayed
-/// to every element. The work is linear in `n` where one mask over all of it would be
-/// quadratic.
-fn decayed_cumsum(x: Tensor<4>, log_lambda: Tensor<4>) -> Tensor<4> {
-    let [b, h, n, cols] = x.dims();
+/// A few chunks take one matmul with the decay mask over `[X_0, Δ_0, …]`. More are cut into
+/// blocks: one batched matmul sums the updates inside every block, a second takes each
+/// block's total, the states at the blocks' starts come from the same function applied to
+/// the totals, and every state adds its block's start state decayed to it. The work is
+/// linear in `n` where one mask over all chunks would be quadratic, and no large tensor is
+/// sliced (a slice's gradient is a full-size buffer).
+fn decayed_scan(
+    initial: Tensor<3>,
+    deltas: Tensor<4>,
+    log_rho: Tensor<4>,
+) -> (Tensor<4>, Tensor<3>) {
+    let [b, h, n, cols] = deltas.dims();
+    let [gb, gh, ..] = log_rho.dims();
     if n <= 2 * SCAN_BLOCK {
-        return mask_from(log_lambda.cumsum(2)).matmul(x);
+        // Row τ of the mask gives X_τ: element 0 is X_0, element m + 1 is Δ_m.
+        let none = Tensor::zeros([gb, gh, 1, 1], &log_rho.device());
+        let mask = mask_from(Tensor::cat(vec![none, log_rho], 2).cumsum(2));
+        let x = Tensor::cat(vec![initial.unsqueeze_dim(2), deltas], 2);
+        let starts = mask.clone().narrow(2, 0, n).matmul(x.clone());
+        let last = mask.narrow(2, n, 1).matmul(x).squeeze_dim(2);
+        return (starts, last);
     }
     let blocks = n.div_ceil(SCAN_BLOCK);
-    let [gb, gh, ..] = log_lambda.dims();
-    // Padding: zero elements without decay, after the last real one.
-    let x = pad_end(x, 2, blocks * SCAN_BLOCK).reshape([b, h, blocks, SCAN_BLOCK, cols]);
-    let log_lambda =
-        pad_end(log_lambda, 2, blocks * SCAN_BLOCK).reshape([gb, gh, blocks, SCAN_BLOCK, 1]);
-    // Decay from each block's start (its first element's λ included) to each element.
-    let within = log_lambda.cumsum(3);
-    let inside = mask_from(within.clone()).matmul(x);
-    let last = SCAN_BLOCK - 1;
-    let totals = inside
-        .clone()
-        .narrow(3, last, 1)
-        .reshape([b, h, blocks, cols]);
-    let whole = within
-        .clone()
-        .narrow(3, last, 1)
-        .reshape([gb, gh, blocks, 1]);
-    let ends = decayed_cumsum(totals, whole);
-    let before = Tensor::cat(
-        vec![
-            Tensor::zeros([b, h, 1, cols], &ends.device()),
-            ends.narrow(2, 0, blocks - 1),
-        ],
-        2,
-    );
-    let p = inside + within.exp() * before.unsqueeze_dim(3);
-    let p = p.reshape([b, h, blocks * SCAN_BLOCK, cols]);
-    if blocks * SCAN_BLOCK == n {
-        p
+    let len = blocks * SCAN_BLOCK;
+    // Padding: zero updates without decay after the last chunk, so X_n is unchanged.
+    let deltas = pad_end(deltas, 2, len).reshape([b, h, blocks, SCAN_BLOCK, cols]);
+    let log_rho = pad_end(log_rho, 2, len).reshape([gb, gh, blocks, SCAN_BLOCK, 1]);
+    // Log decay from the block's start through ρ_i (`through`), and up to X_i (`before`).
+    let through = log_rho.clone().cumsum(3);
+    let before = through.clone() - log_rho;
+    let whole = through.clone().narrow(3, SCAN_BLOCK - 1, 1);
+    // X_i inside a block gets Δ_j (j < i) decayed by exp(before_i − through_j).
+    let inside = decay_between(before.clone(), through.clone(), -1).matmul(deltas.clone());
+    let to_end = (whole.clone() - through).exp().swap_dims(3, 4);
+    let totals = to_end.matmul(deltas).reshape([b, h, blocks, cols]);
+    let (block_starts, last) = decayed_scan(initial, totals, whole.reshape([gb, gh, blocks, 1]));
+    let starts = inside + before.exp() * block_starts.unsqueeze_dim(3);
+    let starts = starts.reshape([b, h, len, cols]);
+    let starts = if len == n {
+        starts
     } else {
-        p.narrow(2, 0, n)
-    }
+        starts.narrow(2, 0, n)
+    };
+    (starts, last)
 }
 
 /// Zero padding at the end of `dim` up to `len`.
@@ -193,34 +196,50 @@ mod tests {
     use super::*;
     use crate::compare::relative_rms_error;
 
-    /// The blocked scan against the serial recurrence, at lengths of one block, one more
-    /// than a block (ragged) and three levels of blocks.
+    /// The scan against the serial recurrence `X_{n+1} = ρ_n X_n + Δ_n`: one mask (1, 32
+    /// chunks), blocks with a ragged last one (33), two levels without padding (512) and
+    /// three levels (600).
     #[test]
-    fn decayed_cumsum_is_the_recurrence() {
+    fn decayed_scan_is_the_recurrence() {
         #[allow(deprecated)]
         let device = Device::ndarray();
         let (b, cols) = (2, 3);
-        for n in [1, 2 * SCAN_BLOCK, 2 * SCAN_BLOCK + 1, 600] {
-            let x = Tensor::<4>::random([b, 1, n, cols], Distribution::Normal(0.0, 1.0), &device);
-            let log_lambda =
+        let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
+        for n in [1, 2 * SCAN_BLOCK, 2 * SCAN_BLOCK + 1, 512, 600] {
+            let normal = Distribution::Normal(0.0, 1.0);
+            let initial = Tensor::<4>::random([b, 1, 1, cols], normal, &device);
+            let deltas = Tensor::<4>::random([b, 1, n, cols], normal, &device);
+            let log_rho =
                 Tensor::<4>::random([1, 1, n, 1], Distribution::Uniform(-1.0, 0.0), &device);
-            let got = decayed_cumsum(x.clone(), log_lambda.clone());
-            let x = x.into_data().try_to_vec::<f32>().unwrap();
-            let log_lambda = log_lambda.into_data().try_to_vec::<f32>().unwrap();
-            let mut want = vec![0.0f32; x.len()];
+            let (starts, last) = decayed_scan(
+                initial.clone().squeeze_dim(2),
+                deltas.clone(),
+                log_rho.clone(),
+            );
+            let (x0, d, l) = (host(initial), host(deltas), host(log_rho));
+            let (mut want_starts, mut want_last) = (vec![0.0; b * n * cols], vec![0.0; b * cols]);
             for batch in 0..b {
-                let mut p = vec![0.0f32; cols];
-                for (j, l) in log_lambda.iter().enumerate() {
-                    for (c, p) in p.iter_mut().enumerate() {
-                        let at = (batch * n + j) * cols + c;
-                        *p = l.exp() * *p + x[at];
-                        want[at] = *p;
+                for c in 0..cols {
+                    let mut x = x0[batch * cols + c];
+                    for (m, l) in l.iter().enumerate() {
+                        let at = (batch * n + m) * cols + c;
+                        want_starts[at] = x;
+                        x = l.exp() * x + d[at];
                     }
+                    want_last[batch * cols + c] = x;
                 }
             }
-            let want = Tensor::<4>::from_data(TensorData::new(want, [b, 1, n, cols]), &device);
-            let error = relative_rms_error(got, want);
-            assert!(error < 1e-5, "n = {n}: relative RMS error {error:e}");
+            let want = |v: Vec<f32>, shape: [usize; 4]| {
+                Tensor::<4>::from_data(TensorData::new(v, shape), &device)
+            };
+            let errors = [
+                relative_rms_error(starts, want(want_starts, [b, 1, n, cols])),
+                relative_rms_error(last.unsqueeze_dim(2), want(want_last, [b, 1, 1, cols])),
+            ];
+            assert!(
+                errors.iter().all(|e| *e < 1e-5),
+                "n = {n}: relative RMS errors {errors:?}"
+            );
         }
     }
 }

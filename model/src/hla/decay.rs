@@ -99,7 +99,16 @@ impl<const D: usize> Gates<D> {
 /// `D_{τσ} = exp(b_τ − b_σ)` for σ ≤ τ, else 0, from the cumulative log gates
 /// `b [.., span, 1]`.
 pub(crate) fn mask_from<const D: usize>(b: Tensor<D>) -> Tensor<D> {
-    let diff = b.clone() - b.transpose();
+    decay_between(b.clone(), b, 0)
+}
+
+/// `exp(to_τ − from_σ)` for `σ ≤ τ + diagonal`, else 0, from `to, from [.., span, 1]`.
+pub(crate) fn decay_between<const D: usize>(
+    to: Tensor<D>,
+    from: Tensor<D>,
+    diagonal: i64,
+) -> Tensor<D> {
+    let diff = to - from.transpose();
     // Zero the upper triangle before exp so its positive exponents never overflow.
-    diff.tril(0).exp().tril(0)
+    diff.tril(diagonal).exp().tril(diagonal)
 }
