@@ -78,6 +78,9 @@ const SEGMENT_SWEEP_TIME: usize = 8192;
 const RECURRENT_BACKWARD_MAX: usize = 2048;
 /// Time spent on the repetitions of one figure, past the warm-up.
 const BUDGET_S: f64 = 2.0;
+/// Tokens decoded at each position, one position after another in rounds, so that the
+/// machine's slow spells fall on every position alike; positions drift by this much.
+const DECODE_ROUNDS: usize = 31;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Timing {
@@ -86,6 +89,18 @@ struct Timing {
     reps: usize,
     /// Peak host heap bytes above the start of the call (CPU devices only).
     peak_bytes: Option<usize>,
+}
+
+impl Timing {
+    fn of(mut runs: Vec<f64>, peak_bytes: Option<usize>) -> Self {
+        runs.sort_by(f64::total_cmp);
+        Self {
+            median_s: runs[runs.len() / 2],
+            min_s: runs[0],
+            reps: runs.len(),
+            peak_bytes,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -248,15 +263,9 @@ impl Bench {
         let warm = once()?;
         let reps = ((BUDGET_S / warm.max(1e-6)) as usize).clamp(3, 15);
         let base = alloc::reset_peak();
-        let mut runs = (0..reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
+        let runs = (0..reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
         let peak = alloc::peak() - base;
-        runs.sort_by(f64::total_cmp);
-        Ok(Timing {
-            median_s: runs[reps / 2],
-            min_s: runs[0],
-            reps,
-            peak_bytes: self.host_memory.then_some(peak),
-        })
+        Ok(Timing::of(runs, self.host_memory.then_some(peak)))
     }
 
     fn operators(&self, times: &[usize], chunk: usize, segment: usize) -> Result<Vec<OperatorRow>> {
@@ -281,25 +290,39 @@ impl Bench {
         Ok(rows)
     }
 
+    /// `Lm::step` latency at every position: one state per position (prefilled), then
+    /// [`DECODE_ROUNDS`] rounds of one token at each position after a warm-up round.
     fn decode(&self, positions: &[usize]) -> Result<Vec<DecodeRow>> {
         let last = *positions.last().expect("at least one position");
         let mut rows = Vec::new();
         for mixer in [MixerKind::Hla2, MixerKind::Linear, MixerKind::Softmax] {
-            // Room for the warm-up and repetitions past the last position.
-            let lm = decode_model(mixer, last + 64, &self.device);
-            let mut state = lm.init_state(1);
+            let lm = decode_model(mixer, last + DECODE_ROUNDS + 1, &self.device);
             let token = Tensor::<1, Int>::zeros([1], &self.device);
+            let mut state = lm.init_state(1);
+            let mut states = Vec::with_capacity(positions.len());
             for &position in positions {
-                eprintln!("decode {} position {position}", mixer.name());
+                eprintln!("decode {} prefill to {position}", mixer.name());
                 advance(&lm, &mut state, position, PREFILL_PIECE, &self.device);
-                let state_bytes =
-                    lm.state_size(state.position()) * lm.num_layers() * size_of::<f32>();
-                let timing = self.time(|| drop(lm.step(token.clone(), &mut state)))?;
+                states.push(state.clone());
+            }
+            drop(state);
+            let mut runs = vec![Vec::with_capacity(DECODE_ROUNDS); positions.len()];
+            for round in 0..=DECODE_ROUNDS {
+                for (state, runs) in states.iter_mut().zip(&mut runs) {
+                    let start = Instant::now();
+                    drop(lm.step(token.clone(), state));
+                    self.device.sync().context("waiting for the device")?;
+                    if round > 0 {
+                        runs.push(start.elapsed().as_secs_f64());
+                    }
+                }
+            }
+            for (&position, runs) in positions.iter().zip(runs) {
                 rows.push(DecodeRow {
                     mixer: mixer.name().into(),
                     position,
-                    state_bytes,
-                    timing,
+                    state_bytes: lm.state_size(position) * lm.num_layers() * size_of::<f32>(),
+                    timing: Timing::of(runs, None),
                 });
             }
         }
@@ -557,6 +580,9 @@ fn render_decode(md: &mut String, report: &Report) {
 }
 
 fn render_efficiency(md: &mut String, report: &Report) {
+    if report.efficiency.is_empty() && report.matmul.is_empty() {
+        return;
+    }
     let _ = writeln!(
         md,
         "\n## Efficiency: chunked forward GFLOP/s (matmul FLOPs of spec §5)"
@@ -574,7 +600,9 @@ fn render_efficiency(md: &mut String, report: &Report) {
             r.operator, r.time, r.gflop, r.gflops
         );
     }
-    let _ = writeln!(md, "\nPlain matmuls on the same device:\n");
+    if !report.matmul.is_empty() {
+        let _ = writeln!(md, "\nPlain matmuls on the same device:\n");
+    }
     for m in &report.matmul {
         let _ = writeln!(md, "- {}: {:.1} GFLOP/s", m.name, m.gflops);
     }

@@ -260,6 +260,42 @@ fn bench_reports_json_and_tables() {
     assert_eq!(written, report);
 }
 
+/// `hla bench --only decode`: every mixer at every position, each timed over the same
+/// rounds; HLA's state bytes do not grow, softmax attention's KV cache does; only the
+/// decode section is rendered.
+#[test]
+fn bench_decodes_every_position_in_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench");
+    let args = ["bench", "--quick", "--only", "decode", "--json", "--out"];
+    let stdout = ok(dir.path(), &[&args[..], &[out.to_str().unwrap()]].concat());
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let rows = report["decode"].as_array().expect("decode rows");
+    let bytes = |mixer: &str| -> Vec<u64> {
+        rows.iter()
+            .filter(|r| r["mixer"] == mixer)
+            .map(|r| r["state_bytes"].as_u64().unwrap())
+            .collect()
+    };
+    for mixer in ["hla2", "linear", "softmax"] {
+        assert_eq!(
+            bytes(mixer).len(),
+            3,
+            "{mixer} at 64, 1024 and 4096: {report}"
+        );
+    }
+    assert!(bytes("hla2").windows(2).all(|w| w[0] == w[1]), "{report}");
+    assert!(bytes("softmax").windows(2).all(|w| w[0] < w[1]), "{report}");
+    let reps: Vec<u64> = rows
+        .iter()
+        .map(|r| r["timing"]["reps"].as_u64().unwrap())
+        .collect();
+    assert!(reps.iter().all(|&n| n == reps[0] && n > 1), "{report}");
+    let tables = std::fs::read_to_string(out.join("bench.md")).unwrap();
+    assert!(tables.contains("## Decoding"), "{tables}");
+    assert!(!tables.contains("## Efficiency"), "{tables}");
+}
+
 /// A run directory is locked while training: a second process is refused; a lock whose
 /// process is gone is taken over.
 #[test]
