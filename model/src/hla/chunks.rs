@@ -162,13 +162,17 @@ fn decayed_scan(
     let through = log_rho.clone().cumsum(3);
     let before = through.clone() - log_rho;
     let whole = through.clone().narrow(3, SCAN_BLOCK - 1, 1);
-    // X_i inside a block gets Δ_j (j < i) decayed by exp(before_i − through_j).
-    let inside = decay_between(before.clone(), through.clone(), -1).matmul(deltas.clone());
-    let to_end = (whole.clone() - through).exp().swap_dims(3, 4);
-    let totals = to_end.matmul(deltas).reshape([b, h, blocks, cols]);
+    let to_end = (whole.clone() - through.clone()).exp().swap_dims(3, 4);
+    let totals = to_end.matmul(deltas.clone()).reshape([b, h, blocks, cols]);
     let (block_starts, last) = decayed_scan(initial, totals, whole.reshape([gb, gh, blocks, 1]));
-    let starts = inside + before.exp() * block_starts.unsqueeze_dim(3);
-    let starts = starts.reshape([b, h, len, cols]);
+    // X_i inside a block: its start state decayed by exp(before_i), and every Δ_j (j < i)
+    // by exp(before_i − through_j); one matmul with the start state as a column in front.
+    let mask = Tensor::cat(
+        vec![before.clone().exp(), decay_between(before, through, -1)],
+        4,
+    );
+    let carried = Tensor::cat(vec![block_starts.unsqueeze_dim(3), deltas], 3);
+    let starts = mask.matmul(carried).reshape([b, h, len, cols]);
     let starts = if len == n {
         starts
     } else {
