@@ -260,34 +260,80 @@ impl Bench {
             self.device.sync().context("waiting for the device")?;
             Ok(start.elapsed().as_secs_f64())
         };
-        let warm = once()?;
-        let reps = ((BUDGET_S / warm.max(1e-6)) as usize).clamp(3, 15);
+        let reps = repetitions(once()?);
         let base = alloc::reset_peak();
         let runs = (0..reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
         let peak = alloc::peak() - base;
         Ok(Timing::of(runs, self.host_memory.then_some(peak)))
     }
 
+    /// Every operator, pass and length: one warm-up each, then rounds that run every case
+    /// still short of its repetitions, so that the machine's slow spells spread over all
+    /// cases (and both ends of a ratio) instead of landing on a few.
     fn operators(&self, times: &[usize], chunk: usize, segment: usize) -> Result<Vec<OperatorRow>> {
         let form = Form::passes(chunk, segment);
         let autodiff = self.device.clone().autodiff();
-        let mut rows = Vec::new();
-        for &time in times {
-            let shape = shape(time, chunk);
-            let x = OperatorInputs::random(&shape, &self.device);
-            let x_grad = OperatorInputs::random(&shape, &autodiff);
+        let inputs: Vec<_> = times
+            .iter()
+            .map(|&time| {
+                let shape = shape(time, chunk);
+                let x = OperatorInputs::random(&shape, &self.device);
+                (x, OperatorInputs::random(&shape, &autodiff))
+            })
+            .collect();
+        // (operator, index of the length, with backward)
+        let mut cases = Vec::new();
+        for (i, &time) in times.iter().enumerate() {
             for op in Operator::ALL {
-                eprintln!("operator {} T={time}", op.name());
-                let fwd = self.time(|| drop(x.forward(op, form)))?;
-                rows.push(operator_row(op, time, "forward", fwd));
-                if op == Operator::Hla2Recurrent && time > RECURRENT_BACKWARD_MAX {
-                    continue;
+                cases.push((op, i, false));
+                if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
+                    cases.push((op, i, true));
                 }
-                let both = self.time(|| drop(x_grad.forward_backward(op, form)))?;
-                rows.push(operator_row(op, time, "forward+backward", both));
             }
         }
-        Ok(rows)
+        // Seconds and peak heap bytes of one call.
+        let once = |&(op, i, backward): &(Operator, usize, bool)| -> Result<(f64, usize)> {
+            let (x, x_grad) = &inputs[i];
+            let base = alloc::reset_peak();
+            let start = Instant::now();
+            if backward {
+                drop(x_grad.forward_backward(op, form));
+            } else {
+                drop(x.forward(op, form));
+            }
+            self.device.sync().context("waiting for the device")?;
+            Ok((start.elapsed().as_secs_f64(), alloc::peak() - base))
+        };
+        let mut reps = Vec::with_capacity(cases.len());
+        for case in &cases {
+            eprintln!("operator {} T={} warm-up", case.0.name(), times[case.1]);
+            reps.push(repetitions(once(case)?.0));
+        }
+        let rounds = reps.iter().copied().max().unwrap_or(0);
+        let mut runs = vec![Vec::new(); cases.len()];
+        let mut peaks = vec![0; cases.len()];
+        for round in 0..rounds {
+            eprintln!("operators: round {} of {rounds}", round + 1);
+            for (c, case) in cases.iter().enumerate() {
+                if round < reps[c] {
+                    let (seconds, peak) = once(case)?;
+                    runs[c].push(seconds);
+                    peaks[c] = peaks[c].max(peak);
+                }
+            }
+        }
+        let rows = cases.iter().zip(runs).zip(peaks);
+        Ok(rows
+            .map(|((&(op, i, backward), runs), peak)| {
+                let pass = if backward {
+                    "forward+backward"
+                } else {
+                    "forward"
+                };
+                let timing = Timing::of(runs, self.host_memory.then_some(peak));
+                operator_row(op, times[i], pass, timing)
+            })
+            .collect())
     }
 
     /// `Lm::step` latency at every position: one state per position (prefilled), then
@@ -407,6 +453,11 @@ fn shape(time: usize, chunk: usize) -> Shape5 {
         dv: DIM,
         chunk,
     }
+}
+
+/// Repetitions for about [`BUDGET_S`] of calls taking `warm` seconds, 3 to 15.
+fn repetitions(warm: f64) -> usize {
+    ((BUDGET_S / warm.max(1e-6)) as usize).clamp(3, 15)
 }
 
 fn operator_row(op: Operator, time: usize, pass: &'static str, timing: Timing) -> OperatorRow {
