@@ -239,25 +239,32 @@ fn mistakes_exit_with_clear_messages() {
     }
 }
 
+/// `hla bench --quick --only SECTION --json --out DIR`: the JSON on stdout (checked equal
+/// to `DIR/bench.json`) and `DIR/bench.md`.
+fn quick_bench(section: &str) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench");
+    let args = ["bench", "--quick", "--only", section, "--json", "--out"];
+    let stdout = ok(dir.path(), &[&args[..], &[out.to_str().unwrap()]].concat());
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    assert_eq!(written, report);
+    let tables = std::fs::read_to_string(out.join("bench.md")).unwrap();
+    (report, tables)
+}
+
 /// `hla bench` runs only the sections asked for, prints every figure as JSON and writes
 /// its tables and JSON into `--out`.
 #[test]
 fn bench_reports_json_and_tables() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("bench");
-    let args = ["bench", "--quick", "--only", "matmul", "--json", "--out"];
-    let stdout = ok(dir.path(), &[&args[..], &[out.to_str().unwrap()]].concat());
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let (report, tables) = quick_bench("matmul");
     let matmul = report["matmul"].as_array().expect("matmul rows");
     assert_eq!(matmul.len(), 2, "{report}");
     assert!(matmul.iter().all(|m| m["gflops"].as_f64().unwrap() > 0.0));
     assert!(report["operators"].as_array().unwrap().is_empty());
     assert!(report["decode"].as_array().unwrap().is_empty());
-    let tables = std::fs::read_to_string(out.join("bench.md")).unwrap();
     assert!(tables.contains("- square 512×512×512: "), "{tables}");
-    let written: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
-    assert_eq!(written, report);
 }
 
 /// `hla bench --only decode`: every mixer at every position, each timed over the same
@@ -265,11 +272,7 @@ fn bench_reports_json_and_tables() {
 /// decode section is rendered.
 #[test]
 fn bench_decodes_every_position_in_rounds() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("bench");
-    let args = ["bench", "--quick", "--only", "decode", "--json", "--out"];
-    let stdout = ok(dir.path(), &[&args[..], &[out.to_str().unwrap()]].concat());
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let (report, tables) = quick_bench("decode");
     let rows = report["decode"].as_array().expect("decode rows");
     let bytes = |mixer: &str| -> Vec<u64> {
         rows.iter()
@@ -291,7 +294,6 @@ fn bench_decodes_every_position_in_rounds() {
         .map(|r| r["timing"]["reps"].as_u64().unwrap())
         .collect();
     assert!(reps.iter().all(|&n| n == reps[0] && n > 1), "{report}");
-    let tables = std::fs::read_to_string(out.join("bench.md")).unwrap();
     assert!(tables.contains("## Decoding"), "{tables}");
     assert!(!tables.contains("## Efficiency"), "{tables}");
 }
