@@ -132,11 +132,11 @@ const SCAN_BLOCK: usize = 16;
 /// `[b, h, cols]`, with `X_n = Σ_{m<n} (Π_{m<l<n} ρ_l) Δ_m + (Π_{l<n} ρ_l) X_0`.
 ///
 /// A few chunks take one matmul with the decay mask over `[X_0, Δ_0, …]`. More are cut into
-/// blocks: one batched matmul sums the updates inside every block, a second takes each
-/// block's total, the states at the blocks' starts come from the same function applied to
-/// the totals, and every state adds its block's start state decayed to it. The work is
-/// linear in `n` where one mask over all chunks would be quadratic, and no large tensor is
-/// sliced (a slice's gradient is a full-size buffer).
+/// blocks: one batched matmul takes each block's total update, the states at the blocks'
+/// starts come from the same function applied to the totals, and a second batched matmul
+/// gives every state from its block's start state and the updates before it in the block.
+/// The work is linear in `n` where one mask over all chunks would be quadratic, and no
+/// large tensor is sliced (a slice's gradient is a full-size buffer).
 fn decayed_scan(
     initial: Tensor<3>,
     deltas: Tensor<4>,
