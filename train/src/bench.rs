@@ -221,8 +221,12 @@ fn measure(args: &Args) -> Result<Report> {
         bench.matmuls(square, longest, chunk)
     })?;
     let efficiency = efficiency(&operators, chunk);
-    let chunk_sweep = run_if(wanted(Section::Sweep), || bench.chunk_sweep(segment))?;
-    let segment_sweep = run_if(wanted(Section::Sweep), || bench.segment_sweep(chunk))?;
+    let chunk_sweep = run_if(wanted(Section::Sweep), || {
+        bench.sweep(SWEEP_CHUNKS.map(|c| (SWEEP_TIME, c, segment)))
+    })?;
+    let segment_sweep = run_if(wanted(Section::Sweep), || {
+        bench.sweep(SWEEP_SEGMENTS.map(|s| (SEGMENT_SWEEP_TIME, chunk, s)))
+    })?;
     Ok(Report {
         device: args.device.clone(),
         quick: args.quick,
@@ -403,20 +407,15 @@ impl Bench {
         Ok(rows)
     }
 
-    fn chunk_sweep(&self, segment: usize) -> Result<Vec<SweepRow>> {
+    /// [`Self::sweep_point`] at every `(time, chunk, segment)`.
+    fn sweep(
+        &self,
+        points: impl IntoIterator<Item = (usize, usize, usize)>,
+    ) -> Result<Vec<SweepRow>> {
         let mut rows = Vec::new();
-        for chunk in SWEEP_CHUNKS {
-            eprintln!("chunk sweep C={chunk}");
-            rows.extend(self.sweep_point(SWEEP_TIME, chunk, segment)?);
-        }
-        Ok(rows)
-    }
-
-    fn segment_sweep(&self, chunk: usize) -> Result<Vec<SweepRow>> {
-        let mut rows = Vec::new();
-        for segment in SWEEP_SEGMENTS {
-            eprintln!("segment sweep {segment}");
-            rows.extend(self.sweep_point(SEGMENT_SWEEP_TIME, chunk, segment)?);
+        for (time, chunk, segment) in points {
+            eprintln!("sweep T={time}, chunk {chunk}, {}", passes(segment));
+            rows.extend(self.sweep_point(time, chunk, segment)?);
         }
         Ok(rows)
     }
@@ -452,6 +451,14 @@ fn shape(time: usize, chunk: usize) -> Shape5 {
         d: DIM,
         dv: DIM,
         chunk,
+    }
+}
+
+/// How a chunked form is computed: "one pass" for segment 0, else "passes of N".
+fn passes(segment: usize) -> String {
+    match segment {
+        0 => "one pass".into(),
+        n => format!("passes of {n}"),
     }
 }
 
@@ -523,10 +530,7 @@ fn median(report: &Report, operator: &str, pass: &str, time: usize) -> Option<f6
 
 fn render(report: &Report) -> String {
     let mut md = String::new();
-    let passes = match report.segment {
-        0 => "one pass".to_string(),
-        n => format!("passes of {n}"),
-    };
+    let passes = passes(report.segment);
     let _ = writeln!(
         md,
         "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes})\n",
@@ -671,14 +675,14 @@ fn render_sweep(md: &mut String, report: &Report) {
         let _ = writeln!(
             md,
             "\n## {name} size sweep: hla2-chunked at T={time} (ms)\n\n\
-             | chunk | segment | forward | forward+backward |\n|---:|---:|---:|---:|"
+             | chunk | passes | forward | forward+backward |\n|---:|---|---:|---:|"
         );
         for pair in rows.chunks(2) {
             let _ = writeln!(
                 md,
                 "| {} | {} | {:.2} | {:.2} |",
                 pair[0].chunk,
-                pair[0].segment,
+                passes(pair[0].segment),
                 pair[0].timing.median_s * 1e3,
                 pair[1].timing.median_s * 1e3
             );
