@@ -3,5 +3,6 @@
 
 pub mod bench;
 pub mod compare;
+pub mod fused;
 pub mod hla;
 pub mod lm;

@@ -12,6 +12,7 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
 use super::conv::{ShortConv, ShortConvConfig};
+use super::norm::rms_norm;
 use super::{DecayKind, FeatureMap, LmConfig, MixerKind};
 use crate::hla::{
     self, Form, HlaInput, HlaState, Order, Output, fixed_log_gates, multi_scale_decay,
@@ -147,7 +148,7 @@ impl Mixer {
             _ => self.recur(&x, q, k, v, memory, form),
         };
         let o = match &self.out_norm {
-            Some(norm) => norm.forward(o),
+            Some(norm) => rms_norm(norm, o),
             None => o,
         };
         let [b, h, t, dh] = o.dims();

@@ -6,8 +6,10 @@
 //! (the serial recurrence, one token at a time; a KV cache for softmax attention).
 
 mod block;
-mod conv;
+pub mod conv;
 mod mixer;
+pub mod mlp;
+pub mod norm;
 
 pub use mixer::MixerState;
 
@@ -352,7 +354,7 @@ impl Lm {
             *layer = Some(next);
         }
         state.position += time;
-        let x = self.norm.forward(x);
+        let x = norm::rms_norm(&self.norm, x);
         match &self.head {
             Some(head) => head.forward(x),
             None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),

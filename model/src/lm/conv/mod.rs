@@ -1,5 +1,8 @@
 //! The short causal depthwise convolution (kernel 3–4) before the token mixer: the
-//! Zoology/Based recipe, flash-linear-attention's `ShortConvolution`.
+//! Zoology/Based recipe, flash-linear-attention's `ShortConvolution`. On CPU devices the
+//! convolution and its SiLU are one fused kernel ([`fused`]).
+
+pub(crate) mod fused;
 
 use burn::module::{Initializer, Param};
 use burn::prelude::*;
@@ -44,16 +47,9 @@ impl ShortConv {
         let history =
             history.unwrap_or_else(|| Tensor::zeros([batch, kernel - 1, channels], &x.device()));
         let window = Tensor::cat(vec![history, x], 1);
-        let weight = self.weight.val();
-        let y = (0..kernel)
-            .map(|j| {
-                let w = weight.clone().slice(s![j..=j, ..]).unsqueeze::<3>();
-                window.clone().slice(s![.., j..j + time, ..]) * w
-            })
-            .reduce(|a, b| a + b)
-            .expect("kernel ≥ 1");
+        let y = convolve(window.clone(), self.weight.val());
         let history = window.slice(s![.., time.., ..]);
-        (silu(y), history)
+        (y, history)
     }
 
     /// Floats of history per sequence.
@@ -61,4 +57,33 @@ impl ShortConv {
         let [kernel, channels] = self.weight.dims();
         (kernel - 1) * channels
     }
+}
+
+/// `silu(Σ_j W_j ⊙ window_{t+j})` for `window [batch, kernel − 1 + time, channels]` and
+/// `W [kernel, channels]` → `[batch, time, channels]`.
+pub fn convolve(window: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
+    #[cfg(any(feature = "ndarray", feature = "flex"))]
+    if crate::fused::applies(&window) {
+        use crate::fused::FusedOps;
+        let y = <burn::backend::Dispatch as FusedOps>::short_conv(
+            window.into_dispatch(),
+            weight.into_dispatch(),
+        );
+        return Tensor::from_dispatch(y);
+    }
+    convolve_composed(window, weight)
+}
+
+/// The composed form of [`convolve`], its test oracle.
+pub fn convolve_composed(window: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
+    let kernel = weight.dims()[0];
+    let time = window.dims()[1] + 1 - kernel;
+    let y = (0..kernel)
+        .map(|j| {
+            let w = weight.clone().slice(s![j..=j, ..]).unsqueeze::<3>();
+            window.clone().slice(s![.., j..j + time, ..]) * w
+        })
+        .reduce(|a, b| a + b)
+        .expect("kernel ≥ 1");
+    silu(y)
 }

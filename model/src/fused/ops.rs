@@ -1,0 +1,67 @@
+//! The fused ops as a Burn backend extension: the CPU backends run each op's kernel, and
+//! their autodiff wrapper records it as one node whose backward pass is the op's backward
+//! kernel.
+
+#![allow(deprecated)] // the generated dispatch names NdArray, a supported CPU device
+
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, backend_extension};
+
+use super::Host;
+use super::autodiff::record;
+use crate::lm::{conv, mlp, norm};
+
+/// Ops with a fused kernel. Shapes are the callers' (see each op's module); every tensor
+/// is f32 and contiguous or made so.
+#[backend_extension(
+    Autodiff,
+    NdArray: cfg(feature = "ndarray"),
+    Flex: cfg(feature = "flex")
+)]
+pub(crate) trait FusedOps: Backend {
+    /// `silu(a) ⊙ b`, [`mlp::swiglu`].
+    fn swiglu(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// RMSNorm over the last dimension with gain `gamma`, [`norm::rms_norm`].
+    fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self>;
+
+    /// The short causal convolution and its SiLU, [`conv::ShortConv`].
+    fn short_conv(window: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self>;
+}
+
+impl<B: Host> FusedOps for B {
+    fn swiglu(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
+        mlp::fused::forward::<B>([a, b]).0
+    }
+
+    fn rms_norm(x: FloatTensor<B>, gamma: FloatTensor<B>, epsilon: f64) -> FloatTensor<B> {
+        norm::fused::forward::<B>([x, gamma], epsilon).0
+    }
+
+    fn short_conv(window: FloatTensor<B>, weight: FloatTensor<B>) -> FloatTensor<B> {
+        conv::fused::forward::<B>([window, weight]).0
+    }
+}
+
+impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
+    fn swiglu(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        record::<B, C, 2>([a, b], mlp::fused::forward::<B>, mlp::fused::backward::<B>)
+    }
+
+    fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self> {
+        record::<B, C, 2>(
+            [x, gamma],
+            |inputs| norm::fused::forward::<B>(inputs, epsilon),
+            norm::fused::backward::<B>,
+        )
+    }
+
+    fn short_conv(window: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        record::<B, C, 2>(
+            [window, weight],
+            conv::fused::forward::<B>,
+            conv::fused::backward::<B>,
+        )
+    }
+}

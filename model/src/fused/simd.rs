@@ -1,0 +1,99 @@
+//! Elementwise math written so that loops over it vectorize, and the driver that runs a
+//! kernel in pieces on the rayon pool, each piece compiled for the widest SIMD the CPU has
+//! (AVX-512, AVX2 or the baseline, chosen at run time by `pulp`).
+
+use rayon::prelude::*;
+
+/// Elements per parallel piece: large enough that a task outweighs its scheduling.
+pub(crate) const PIECE: usize = 1 << 15;
+
+/// Rows per piece for rows of `len` elements.
+pub(crate) fn rows_per_piece(len: usize) -> usize {
+    (PIECE / len.max(1)).max(1)
+}
+
+/// Runs `f` for every piece, in parallel when there are several, vectorized for this CPU.
+pub(crate) fn run<T: Send>(pieces: impl IntoParallelIterator<Item = T>, f: impl Fn(T) + Sync) {
+    pieces
+        .into_par_iter()
+        .for_each(|piece| vectorized(|| f(piece)));
+}
+
+/// `f()` compiled for the widest SIMD this CPU has (its body must inline: helpers here are
+/// `#[inline(always)]`).
+#[inline(always)]
+pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+    pulp::Arch::new().dispatch(f)
+}
+
+/// `Σ a_i b_i` in 16 lanes, so that it vectorizes (a sum in order would not).
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [0.0f32; LANES];
+    let (a_rest, b_rest) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = a_rest
+        .remainder()
+        .iter()
+        .zip(b_rest.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (a, b) in a_rest.zip(b_rest) {
+        for i in 0..LANES {
+            acc[i] += a[i] * b[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `e^x`, within 2 ulp of the exact value on [−87, 88] (Cephes' `expf`: `x = n ln 2 + r`,
+/// a degree-6 polynomial in `r`, `2^n` built in the exponent bits); clamped outside.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 in two parts, so that `x − n ln 2` is exact for the first.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2_E + 0.5).floor();
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `σ(x) = 1 / (1 + e^−x)`.
+#[inline(always)]
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_within_two_ulp() {
+        let mut worst = 0.0f64;
+        for i in -86_999..88_000 {
+            let x = i as f32 * 1e-3 - 1.234e-4;
+            let want = (x as f64).exp();
+            worst = worst.max(((exp(x) as f64 - want) / want).abs());
+        }
+        assert!(worst < 2.5e-7, "relative error {worst}");
+        assert_eq!(exp(-1000.0), exp(-87.0));
+        assert!(exp(1000.0).is_finite());
+    }
+
+    #[test]
+    fn sigmoid_saturates_without_nan() {
+        assert!((0.0..1e-37).contains(&sigmoid(-1e9)));
+        assert_eq!(sigmoid(1e9), 1.0);
+        assert!((sigmoid(0.0) - 0.5).abs() < 1e-7);
+    }
+}

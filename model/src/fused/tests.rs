@@ -1,0 +1,127 @@
+//! Every fused op against its composed form on every CPU device: outputs and the gradient of
+//! every input, on ragged shapes and non-contiguous inputs.
+
+use burn::module::Param;
+use burn::nn::RmsNorm;
+use burn::prelude::*;
+use burn::tensor::Distribution;
+
+use super::applies;
+use crate::compare::relative_rms_error;
+use crate::lm::conv::{convolve, convolve_composed};
+use crate::lm::mlp::{swiglu, swiglu_composed};
+use crate::lm::norm::rms_norm;
+
+/// Elementwise kernels differ from Burn's ops by rounding only (and `exp` by 2 ulp).
+const TOL: f64 = 1e-5;
+
+fn devices() -> Vec<Device> {
+    vec![
+        #[cfg(feature = "ndarray")]
+        #[allow(deprecated)]
+        Device::ndarray().autodiff(),
+        #[cfg(feature = "flex")]
+        Device::flex().autodiff(),
+    ]
+}
+
+/// A leaf that requires gradients (on an autodiff device).
+fn random<const D: usize>(dims: [usize; D], scale: f64, device: &Device) -> Tensor<D> {
+    let x = (Tensor::random(dims, Distribution::Normal(0.0, 1.0), device) * scale).detach();
+    if device.is_autodiff() {
+        x.require_grad()
+    } else {
+        x
+    }
+}
+
+/// `Σ y ⊙ r` for a fixed random `r`, so every output element gets its own cotangent.
+fn loss<const D: usize>(y: Tensor<D>, r: &Tensor<D>) -> Tensor<1> {
+    (y * r.clone()).sum()
+}
+
+fn assert_close<const D: usize>(what: &str, fused: Tensor<D>, composed: Tensor<D>) {
+    let error = relative_rms_error(fused, composed);
+    assert!(error < TOL, "{what}: relative RMS error {error:e}");
+}
+
+#[test]
+fn swiglu_equals_its_composed_form() {
+    for device in devices() {
+        let (a, b) = (
+            random([3, 7, 37], 3.0, &device),
+            random([3, 7, 37], 1.0, &device),
+        );
+        assert!(applies(&a), "the fused kernel must run on {device:?}");
+        let r = random([3, 7, 37], 1.0, &device).detach();
+        let fused = swiglu(a.clone(), b.clone());
+        let composed = swiglu_composed(a.clone(), b.clone());
+        assert_close("y", fused.clone(), composed.clone());
+        let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
+        assert_close("∂a", a.grad(&gf).unwrap(), a.grad(&gc).unwrap());
+        assert_close("∂b", b.grad(&gf).unwrap(), b.grad(&gc).unwrap());
+    }
+}
+
+#[test]
+fn rms_norm_equals_burns() {
+    for device in devices() {
+        // A transposed input takes the copying path of the host view (one per graph: a
+        // backward pass consumes the graph).
+        let leaf = random([2, 37, 5], 2.0, &device);
+        let x = || leaf.clone().swap_dims(1, 2);
+        let gamma = (random([37], 1.0, &device) + 1.0).detach().require_grad();
+        let norm = RmsNorm {
+            gamma: Param::from_tensor(gamma),
+            epsilon: 1e-5,
+        };
+        let r = random([2, 5, 37], 1.0, &device).detach();
+        let (fused, composed) = (rms_norm(&norm, x()), norm.forward(x()));
+        assert_close("y", fused.clone(), composed.clone());
+        let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
+        assert_close("∂x", leaf.grad(&gf).unwrap(), leaf.grad(&gc).unwrap());
+        let gamma = &norm.gamma;
+        assert_close("∂γ", gamma.grad(&gf).unwrap(), gamma.grad(&gc).unwrap());
+    }
+}
+
+#[test]
+fn short_conv_equals_its_composed_form() {
+    // One output token (a decoding step), a ragged length, and sequences longer than a piece.
+    for (batch, time, channels) in [(2, 1, 5), (3, 9, 21), (2, 700, 67)] {
+        for device in devices() {
+            let window = random([batch, time + 3, channels], 1.0, &device);
+            let weight = random([4, channels], 0.5, &device);
+            let r = random([batch, time, channels], 1.0, &device).detach();
+            let fused = convolve(window.clone(), weight.clone());
+            let composed = convolve_composed(window.clone(), weight.clone());
+            assert_close("y", fused.clone(), composed.clone());
+            let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
+            assert_close(
+                "∂window",
+                window.grad(&gf).unwrap(),
+                window.grad(&gc).unwrap(),
+            );
+            assert_close("∂W", weight.grad(&gf).unwrap(), weight.grad(&gc).unwrap());
+        }
+    }
+}
+
+#[test]
+fn fused_ops_run_without_autodiff_and_untracked() {
+    for device in devices() {
+        let plain = device.clone().inner();
+        let (a, b) = (random([4, 9], 1.0, &plain), random([4, 9], 1.0, &plain));
+        assert_close("plain", swiglu(a.clone(), b.clone()), swiglu_composed(a, b));
+        // On the autodiff device, inputs that need no gradient.
+        let (a, b) = (
+            random([4, 9], 1.0, &device).detach(),
+            random([4, 9], 1.0, &device).detach(),
+        );
+        assert_close(
+            "untracked",
+            swiglu(a.clone(), b.clone()),
+            swiglu_composed(a, b),
+        );
+    }
+}

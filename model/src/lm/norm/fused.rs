@@ -1,0 +1,93 @@
+//! The fused RMSNorm. Per row of `d` values, with `r = 1 / √(mean(x²) + ε)` and `x̂ = x r`:
+//! `y = x̂ ⊙ γ`; backward, `∂x = r (g γ − x̂ · mean(g γ ⊙ x̂))` and `∂γ = Σ_rows g ⊙ x̂`.
+
+use burn::backend::TensorMetadata;
+use burn::backend::tensor::FloatTensor;
+use burn::tensor::Shape;
+use rayon::prelude::*;
+
+use crate::fused::Host;
+use crate::fused::simd::{self, dot};
+
+/// `[x [.., d], γ [d]]` → `y`; saves `x`, `γ` and every row's `r` `[.., 1]`.
+pub(crate) fn forward<B: Host>(
+    [x, gamma]: [FloatTensor<B>; 2],
+    epsilon: f64,
+) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
+    let shape = x.shape();
+    let d = shape[shape.num_dims() - 1];
+    let (y, r) = {
+        let (x, gamma) = (B::values(&x), B::values(&gamma));
+        let (mut y, mut r) = (vec![0.0; x.len()], vec![0.0; x.len() / d]);
+        let rows = simd::rows_per_piece(d);
+        let pieces = y
+            .par_chunks_mut(rows * d)
+            .zip(r.par_chunks_mut(rows))
+            .zip(x.par_chunks(rows * d));
+        simd::run(pieces, |((y, r), x)| {
+            let rows = y.chunks_exact_mut(d).zip(r).zip(x.chunks_exact(d));
+            for ((y, r), x) in rows {
+                *r = 1.0 / (dot(x, x) / d as f32 + epsilon as f32).sqrt();
+                for ((y, x), g) in y.iter_mut().zip(x).zip(gamma.iter()) {
+                    *y = x * *r * g;
+                }
+            }
+        });
+        (y, r)
+    };
+    let mut row_shape = shape.clone();
+    row_shape[shape.num_dims() - 1] = 1;
+    let r = B::tensor(r, row_shape);
+    (B::tensor(y, shape), vec![x, gamma, r])
+}
+
+/// Saved `[x, γ, r]` and `∂y` → `[∂x, ∂γ]`.
+pub(crate) fn backward<B: Host>(
+    saved: Vec<FloatTensor<B>>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 2] {
+    let [x, gamma, r] =
+        <[_; 3]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved x, γ and r"));
+    let shape = x.shape();
+    let d = shape[shape.num_dims() - 1];
+    let (x, gamma, r, g) = (
+        B::values(&x),
+        B::values(&gamma),
+        B::values(&r),
+        B::values(&grad),
+    );
+    let mut dx = vec![0.0; x.len()];
+    let rows = simd::rows_per_piece(d);
+    let partials: Vec<Vec<f32>> = dx
+        .par_chunks_mut(rows * d)
+        .zip(x.par_chunks(rows * d))
+        .zip(g.par_chunks(rows * d))
+        .zip(r.par_chunks(rows))
+        .map(|(((dx, x), g), r)| {
+            simd::vectorized(|| {
+                let mut d_gamma = vec![0.0; d];
+                let (mut x_hat, mut g_gamma) = (vec![0.0; d], vec![0.0; d]);
+                let rows = dx.chunks_exact_mut(d).zip(x.chunks_exact(d));
+                for (((dx, x), g), &r) in rows.zip(g.chunks_exact(d)).zip(r) {
+                    for i in 0..d {
+                        x_hat[i] = x[i] * r;
+                        g_gamma[i] = g[i] * gamma[i];
+                        d_gamma[i] += g[i] * x_hat[i];
+                    }
+                    let mean = dot(&g_gamma, &x_hat) / d as f32;
+                    for i in 0..d {
+                        dx[i] = r * (g_gamma[i] - x_hat[i] * mean);
+                    }
+                }
+                d_gamma
+            })
+        })
+        .collect();
+    let mut d_gamma = vec![0.0; d];
+    for partial in partials {
+        for (total, p) in d_gamma.iter_mut().zip(partial) {
+            *total += p;
+        }
+    }
+    [B::tensor(dx, shape), B::tensor(d_gamma, Shape::new([d]))]
+}

@@ -1,0 +1,263 @@
+//! `hla bench`: operator time and memory against sequence length, decode latency against
+//! position, the chunked form's achieved GFLOP/s next to plain matmuls, and chunk-size and
+//! segment-size sweeps. Every figure is the median of several timed repetitions after a warm-up.
+
+mod decode;
+mod matmul;
+mod operators;
+mod render;
+mod sweep;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use burn::prelude::*;
+use hla_model::bench::Shape5;
+use serde::{Deserialize, Serialize};
+
+use crate::alloc;
+use decode::DecodeRow;
+use matmul::MatmulRow;
+use operators::{EfficiencyRow, OperatorRow, efficiency};
+use render::{plot_times, render};
+use sweep::SweepRow;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    #[arg(long, default_value = crate::device::default_name())]
+    device: String,
+    /// Print every figure as JSON on stdout instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Operators up to T = 2048 and decoding up to position 4096 (a few minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Chunk size of the chunked forms (the sweep measures the others).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    chunk: u32,
+    /// Most tokens per chunk-parallel pass, 0: one pass (the language model's
+    /// `segment_size`; the sweep measures the others).
+    #[arg(long, default_value_t = 0)]
+    segment: u32,
+    /// Also write `bench.json` and `bench.md` into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run only these sections (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
+    /// Render the tables and chart of an earlier `bench.json` instead of measuring.
+    #[arg(long, value_name = "BENCH_JSON", conflicts_with_all = ["quick", "only"])]
+    replot: Option<PathBuf>,
+    /// Seed of the random inputs and weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    /// Operator time and memory against sequence length.
+    Operators,
+    /// `Lm::step` latency against position.
+    Decode,
+    /// Plain matmul GFLOP/s (the chunked forms' GFLOP/s come with `operators`).
+    Matmul,
+    /// Chunk-size and segment-size sweeps of the second-order chunked form.
+    Sweep,
+}
+
+/// Heads and widths of the operator problem (the B=1, H=4, d=dv=64).
+const BATCH: usize = 1;
+const HEADS: usize = 4;
+const DIM: usize = 64;
+/// Decoding positions: KV caches this long, prefilled this many tokens at a time.
+const PREFILL_PIECE: usize = 1024;
+const SWEEP_CHUNKS: [usize; 5] = [16, 32, 64, 128, 256];
+const SWEEP_TIME: usize = 2048;
+/// Segment sizes swept at [`SEGMENT_SWEEP_TIME`]; the last is the whole sequence in one pass.
+const SWEEP_SEGMENTS: [usize; 6] = [256, 512, 1024, 2048, 4096, 8192];
+const SEGMENT_SWEEP_TIME: usize = 8192;
+/// The serial recurrence's backward pass grows quadratically with T (4× per doubling
+/// measured: each token is a slice of the whole sequence, and Burn's autodiff gives every
+/// slice a full-length gradient); it is timed up to this length only (training uses the
+/// chunked form).
+const RECURRENT_BACKWARD_MAX: usize = 2048;
+/// Time spent on the repetitions of one figure, past the warm-up.
+const BUDGET_S: f64 = 2.0;
+/// Tokens decoded at each position, one position after another in rounds, so that the
+/// machine's slow spells fall on every position alike; positions drift by this much.
+const DECODE_ROUNDS: usize = 31;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Timing {
+    median_s: f64,
+    min_s: f64,
+    reps: usize,
+    /// Peak host heap bytes above the start of the call (CPU devices only).
+    peak_bytes: Option<usize>,
+}
+
+impl Timing {
+    fn of(mut runs: Vec<f64>, peak_bytes: Option<usize>) -> Self {
+        runs.sort_by(f64::total_cmp);
+        Self {
+            median_s: runs[runs.len() / 2],
+            min_s: runs[0],
+            reps: runs.len(),
+            peak_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Report {
+    device: String,
+    quick: bool,
+    chunk: usize,
+    segment: usize,
+    batch: usize,
+    heads: usize,
+    d: usize,
+    dv: usize,
+    operators: Vec<OperatorRow>,
+    decode: Vec<DecodeRow>,
+    matmul: Vec<MatmulRow>,
+    efficiency: Vec<EfficiencyRow>,
+    chunk_sweep: Vec<SweepRow>,
+    segment_sweep: Vec<SweepRow>,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let report = match &args.replot {
+        Some(path) => read_report(path)?,
+        None => measure(args)?,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    let tables = render(&report);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::run_dir::write_atomic(&dir.join("bench.json"), json.as_bytes())?;
+        crate::run_dir::write_atomic(&dir.join("bench.md"), tables.as_bytes())?;
+        if !report.operators.is_empty() {
+            plot_times(dir, &report.operators)?;
+        }
+    }
+    println!("{}", if args.json { &json } else { &tables });
+    Ok(())
+}
+
+fn read_report(path: &std::path::Path) -> Result<Report> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(crate::config::UsageError::from)?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a bench.json of this version", path.display()))
+        .map_err(|e| crate::config::UsageError::from(e).into())
+}
+
+fn measure(args: &Args) -> Result<Report> {
+    let device = crate::device::parse(&args.device)?;
+    device.seed(args.seed);
+    let host_memory = args.device != "wgpu";
+    let bench = Bench {
+        device: device.clone(),
+        host_memory,
+    };
+    let (chunk, segment) = (args.chunk as usize, args.segment as usize);
+    let times: &[usize] = if args.quick {
+        &[256, 512, 1024, 2048]
+    } else {
+        &[256, 512, 1024, 2048, 4096, 8192]
+    };
+    let positions: &[usize] = if args.quick {
+        &[64, 1024, 4096]
+    } else {
+        &[64, 1024, 4096, 16384]
+    };
+
+    let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
+    let longest = *times.last().expect("at least one length");
+    let square = if args.quick { 512 } else { 1024 };
+    let operators = run_if(wanted(Section::Operators), || {
+        bench.operators(times, chunk, segment)
+    })?;
+    let decode = run_if(wanted(Section::Decode), || bench.decode(positions))?;
+    let matmul = run_if(wanted(Section::Matmul), || {
+        bench.matmuls(square, longest, chunk)
+    })?;
+    let efficiency = efficiency(&operators, chunk);
+    let chunk_sweep = run_if(wanted(Section::Sweep), || {
+        bench.sweep(SWEEP_CHUNKS.map(|c| (SWEEP_TIME, c, segment)))
+    })?;
+    let segment_sweep = run_if(wanted(Section::Sweep), || {
+        bench.sweep(SWEEP_SEGMENTS.map(|s| (SEGMENT_SWEEP_TIME, chunk, s)))
+    })?;
+    Ok(Report {
+        device: args.device.clone(),
+        quick: args.quick,
+        chunk,
+        segment,
+        batch: BATCH,
+        heads: HEADS,
+        d: DIM,
+        dv: DIM,
+        operators,
+        decode,
+        matmul,
+        efficiency,
+        chunk_sweep,
+        segment_sweep,
+    })
+}
+
+fn run_if<T>(wanted: bool, f: impl FnOnce() -> Result<Vec<T>>) -> Result<Vec<T>> {
+    if wanted { f() } else { Ok(Vec::new()) }
+}
+
+struct Bench {
+    device: Device,
+    host_memory: bool,
+}
+
+impl Bench {
+    /// Runs `f` once to warm up, then repeatedly for about [`BUDGET_S`] (3 to 15 times),
+    /// waiting for the device after each run.
+    fn time(&self, mut f: impl FnMut()) -> Result<Timing> {
+        let mut once = || -> Result<f64> {
+            let start = Instant::now();
+            f();
+            self.device.sync().context("waiting for the device")?;
+            Ok(start.elapsed().as_secs_f64())
+        };
+        let reps = repetitions(once()?);
+        let base = alloc::reset_peak();
+        let runs = (0..reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
+        let peak = alloc::peak() - base;
+        Ok(Timing::of(runs, self.host_memory.then_some(peak)))
+    }
+}
+
+fn shape(time: usize, chunk: usize) -> Shape5 {
+    Shape5 {
+        batch: BATCH,
+        heads: HEADS,
+        time,
+        d: DIM,
+        dv: DIM,
+        chunk,
+    }
+}
+
+/// How a chunked form is computed: "one pass" for segment 0, else "passes of N".
+fn passes(segment: usize) -> String {
+    match segment {
+        0 => "one pass".into(),
+        n => format!("passes of {n}"),
+    }
+}
+
+/// Repetitions for about [`BUDGET_S`] of calls taking `warm` seconds, 3 to 15.
+fn repetitions(warm: f64) -> usize {
+    ((BUDGET_S / warm.max(1e-6)) as usize).clamp(3, 15)
+}

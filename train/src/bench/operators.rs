@@ -1,0 +1,137 @@
+//! The operator section: time and memory of every operator against sequence length, and
+//! the chunked forms' achieved GFLOP/s.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hla_model::bench::{Operator, OperatorInputs};
+use hla_model::hla::Form;
+use serde::{Deserialize, Serialize};
+
+use super::{BATCH, Bench, RECURRENT_BACKWARD_MAX, Timing, repetitions, shape};
+use crate::alloc;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct OperatorRow {
+    pub(super) operator: String,
+    pub(super) time: usize,
+    pub(super) pass: String,
+    pub(super) tokens_per_s: f64,
+    pub(super) timing: Timing,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct EfficiencyRow {
+    pub(super) operator: String,
+    pub(super) time: usize,
+    pub(super) gflop: f64,
+    pub(super) gflops: f64,
+}
+
+impl Bench {
+    /// Every operator, pass and length: one warm-up each, then rounds that run every case
+    /// still short of its repetitions, so that the machine's slow spells spread over all
+    /// cases (and both ends of a ratio) instead of landing on a few.
+    pub(super) fn operators(
+        &self,
+        times: &[usize],
+        chunk: usize,
+        segment: usize,
+    ) -> Result<Vec<OperatorRow>> {
+        let form = Form::passes(chunk, segment);
+        let autodiff = self.device.clone().autodiff();
+        let inputs: Vec<_> = times
+            .iter()
+            .map(|&time| {
+                let shape = shape(time, chunk);
+                let x = OperatorInputs::random(&shape, &self.device);
+                (x, OperatorInputs::random(&shape, &autodiff))
+            })
+            .collect();
+        // (operator, index of the length, with backward)
+        let mut cases = Vec::new();
+        for (i, &time) in times.iter().enumerate() {
+            for op in Operator::ALL {
+                cases.push((op, i, false));
+                if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
+                    cases.push((op, i, true));
+                }
+            }
+        }
+        // Seconds and peak heap bytes of one call.
+        let once = |&(op, i, backward): &(Operator, usize, bool)| -> Result<(f64, usize)> {
+            let (x, x_grad) = &inputs[i];
+            let base = alloc::reset_peak();
+            let start = Instant::now();
+            if backward {
+                drop(x_grad.forward_backward(op, form));
+            } else {
+                drop(x.forward(op, form));
+            }
+            self.device.sync().context("waiting for the device")?;
+            Ok((start.elapsed().as_secs_f64(), alloc::peak() - base))
+        };
+        let mut reps = Vec::with_capacity(cases.len());
+        for case in &cases {
+            eprintln!("operator {} T={} warm-up", case.0.name(), times[case.1]);
+            reps.push(repetitions(once(case)?.0));
+        }
+        let rounds = reps.iter().copied().max().unwrap_or(0);
+        let mut runs = vec![Vec::new(); cases.len()];
+        let mut peaks = vec![0; cases.len()];
+        for round in 0..rounds {
+            eprintln!("operators: round {} of {rounds}", round + 1);
+            for (c, case) in cases.iter().enumerate() {
+                if round < reps[c] {
+                    let (seconds, peak) = once(case)?;
+                    runs[c].push(seconds);
+                    peaks[c] = peaks[c].max(peak);
+                }
+            }
+        }
+        let rows = cases.iter().zip(runs).zip(peaks);
+        Ok(rows
+            .map(|((&(op, i, backward), runs), peak)| {
+                let pass = if backward {
+                    "forward+backward"
+                } else {
+                    "forward"
+                };
+                let timing = Timing::of(runs, self.host_memory.then_some(peak));
+                operator_row(op, times[i], pass, timing)
+            })
+            .collect())
+    }
+}
+
+pub(super) fn operator_row(
+    op: Operator,
+    time: usize,
+    pass: &'static str,
+    timing: Timing,
+) -> OperatorRow {
+    OperatorRow {
+        operator: op.name().into(),
+        time,
+        pass: pass.into(),
+        tokens_per_s: (BATCH * time) as f64 / timing.median_s,
+        timing,
+    }
+}
+
+/// Achieved GFLOP/s of the chunked forms' forward passes.
+pub(super) fn efficiency(rows: &[OperatorRow], chunk: usize) -> Vec<EfficiencyRow> {
+    rows.iter()
+        .filter(|r| r.pass == "forward")
+        .filter_map(|r| {
+            let op = *Operator::ALL.iter().find(|op| op.name() == r.operator)?;
+            let gflop = op.chunked_flops(&shape(r.time, chunk))? / 1e9;
+            Some(EfficiencyRow {
+                operator: r.operator.clone(),
+                time: r.time,
+                gflop,
+                gflops: gflop / r.timing.median_s,
+            })
+        })
+        .collect()
+}
