@@ -28,7 +28,7 @@ use burn::train::{
 use hla_model::lm::MixerKind;
 
 use crate::checkpoint::AtomicCheckpointer;
-use crate::config::RunConfig;
+use crate::config::{RunConfig, TrainSection};
 use crate::data::Data;
 use crate::eval::{self, Mode};
 use crate::renderer::QuietRenderer;
@@ -152,7 +152,7 @@ pub fn train(job: &Job) -> Result<()> {
         lm,
         guard: NanGuard::new(interrupter.clone(), first_step, t.grad_accumulation),
     };
-    let optimizer = optimizer(config, &model);
+    let optimizer = optimizer(&config.train, &model);
     let scheduler = scheduler(config)?;
     // Build the data first: a corpus too short for a window fails before anything is written.
     let train_loader = data.train_loader(
@@ -300,8 +300,7 @@ fn random_batch_estimate(
 
 /// AdamW with weight decay on matrices only (norm gains and other vectors are not decayed,
 /// as nanoGPT).
-fn optimizer(config: &RunConfig, model: &Trainee) -> burn::optim::ModuleOptimizer {
-    let t = &config.train;
+pub fn optimizer(t: &TrainSection, model: &impl Module) -> burn::optim::ModuleOptimizer {
     let clip = (t.grad_clip > 0.0).then_some(GradientClippingConfig::Norm(t.grad_clip as f32));
     let adamw = |weight_decay: f64| {
         AdamWConfig::new()

@@ -13,6 +13,8 @@
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod autodiff;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
+pub(crate) mod gemm;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
 mod host;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod ops;

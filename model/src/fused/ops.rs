@@ -10,7 +10,7 @@ use burn::backend::{Autodiff, Backend, backend_extension};
 
 use super::Host;
 use super::autodiff::record;
-use crate::lm::{conv, mlp, norm};
+use crate::lm::{conv, linear, mlp, norm};
 
 /// Ops with a fused kernel. Shapes are the callers' (see each op's module); every tensor
 /// is f32 and contiguous or made so.
@@ -20,19 +20,26 @@ use crate::lm::{conv, mlp, norm};
     Flex: cfg(feature = "flex")
 )]
 pub(crate) trait FusedOps: Backend {
-    /// `silu(a) ⊙ b`, [`mlp::swiglu`].
-    fn swiglu(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `silu(a) ⊙ b` of `x = [a | b]`, [`mlp::swiglu`].
+    fn swiglu(x: FloatTensor<Self>) -> FloatTensor<Self>;
 
     /// RMSNorm over the last dimension with gain `gamma`, [`norm::rms_norm`].
     fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self>;
 
     /// The short causal convolution and its SiLU, [`conv::ShortConv`].
     fn short_conv(window: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// `x W` for `x [rows, d_in]`, or `x Wᵀ` when `transposed`, [`linear::project`].
+    fn project(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        transposed: bool,
+    ) -> FloatTensor<Self>;
 }
 
 impl<B: Host> FusedOps for B {
-    fn swiglu(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
-        mlp::fused::forward::<B>([a, b]).0
+    fn swiglu(x: FloatTensor<B>) -> FloatTensor<B> {
+        mlp::fused::forward::<B>([x]).0
     }
 
     fn rms_norm(x: FloatTensor<B>, gamma: FloatTensor<B>, epsilon: f64) -> FloatTensor<B> {
@@ -42,11 +49,19 @@ impl<B: Host> FusedOps for B {
     fn short_conv(window: FloatTensor<B>, weight: FloatTensor<B>) -> FloatTensor<B> {
         conv::fused::forward::<B>([window, weight]).0
     }
+
+    fn project(x: FloatTensor<B>, weight: FloatTensor<B>, transposed: bool) -> FloatTensor<B> {
+        if transposed {
+            linear::fused::forward::<B, true>([x, weight]).0
+        } else {
+            linear::fused::forward::<B, false>([x, weight]).0
+        }
+    }
 }
 
 impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
-    fn swiglu(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        record::<B, C, 2>([a, b], mlp::fused::forward::<B>, mlp::fused::backward::<B>)
+    fn swiglu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        record::<B, C, 1>([x], mlp::fused::forward::<B>, mlp::fused::backward::<B>)
     }
 
     fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self> {
@@ -63,5 +78,18 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
             conv::fused::forward::<B>,
             conv::fused::backward::<B>,
         )
+    }
+
+    fn project(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        transposed: bool,
+    ) -> FloatTensor<Self> {
+        use linear::fused::{backward, forward};
+        if transposed {
+            record::<B, C, 2>([x, weight], forward::<B, true>, backward::<B, true>)
+        } else {
+            record::<B, C, 2>([x, weight], forward::<B, false>, backward::<B, false>)
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! Elementwise math written so that loops over it vectorize, and the driver that runs a
-//! kernel in pieces on the rayon pool, each piece compiled for the widest SIMD the CPU has
-//! (AVX-512, AVX2 or the baseline, chosen at run time by `pulp`).
+//! Elementwise math written so that loops over it vectorize, [`multiversion!`] to compile a
+//! kernel for the widest SIMD the CPU has (AVX-512, AVX2 or the baseline, chosen at run
+//! time), and the driver that runs a kernel in pieces on the rayon pool.
 
 use rayon::prelude::*;
 
@@ -12,18 +12,84 @@ pub(crate) fn rows_per_piece(len: usize) -> usize {
     (PIECE / len.max(1)).max(1)
 }
 
-/// Runs `f` for every piece, in parallel when there are several, vectorized for this CPU.
+/// Runs `f` for every piece, in parallel when there are several.
 pub(crate) fn run<T: Send>(pieces: impl IntoParallelIterator<Item = T>, f: impl Fn(T) + Sync) {
-    pieces
-        .into_par_iter()
-        .for_each(|piece| vectorized(|| f(piece)));
+    pieces.into_par_iter().for_each(&f);
 }
 
-/// `f()` compiled for the widest SIMD this CPU has (its body must inline: helpers here are
-/// `#[inline(always)]`).
+/// The widest vector extension this CPU has: 4 (AVX-512), 3 (AVX2 and FMA) or 0.
+#[inline]
+pub(crate) fn level() -> u8 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+        {
+            return 4;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return 3;
+        }
+    }
+    0
+}
+
+/// `fn name(args) body` compiled three times, for AVX-512, for AVX2 and FMA, and for the
+/// baseline, and run in the widest version [`level`] allows. The body and what it calls
+/// must inline (`#[inline(always)]` helpers) to be vectorized for the wider units.
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+                fn v4($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn v3($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                match $crate::fused::simd::level() {
+                    // SAFETY: the CPU has the features these versions are compiled for.
+                    4 => return unsafe { v4($($arg),*) },
+                    3 => return unsafe { v3($($arg),*) },
+                    _ => {}
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
+/// `e^x`, within 2 ulp of the exact value on [−87, 88] (Cephes' `expf`: `x = n ln 2 + r`,
+/// a degree-6 polynomial in `r`, `2^n` built in the exponent bits); clamped outside. `n` is
+/// rounded by adding and subtracting 1.5·2²³, which vectorizes where `floor` may not.
 #[inline(always)]
-pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
-    pulp::Arch::new().dispatch(f)
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0;
+    // ln 2 in two parts, so that `x − n ln 2` is exact for the first.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2_E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// `Σ a_i b_i` in 16 lanes, so that it vectorizes (a sum in order would not).
@@ -44,27 +110,6 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
-}
-
-/// `e^x`, within 2 ulp of the exact value on [−87, 88] (Cephes' `expf`: `x = n ln 2 + r`,
-/// a degree-6 polynomial in `r`, `2^n` built in the exponent bits); clamped outside.
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    const LOG2_E: f32 = std::f32::consts::LOG2_E;
-    // ln 2 in two parts, so that `x − n ln 2` is exact for the first.
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2_E + 0.5).floor();
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.987_569_1e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// `σ(x) = 1 / (1 + e^−x)`.

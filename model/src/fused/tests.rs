@@ -9,6 +9,7 @@ use burn::tensor::Distribution;
 use super::applies;
 use crate::compare::relative_rms_error;
 use crate::lm::conv::{convolve, convolve_composed};
+use crate::lm::linear::{project, project_composed, project_transposed};
 use crate::lm::mlp::{swiglu, swiglu_composed};
 use crate::lm::norm::rms_norm;
 
@@ -48,18 +49,42 @@ fn assert_close<const D: usize>(what: &str, fused: Tensor<D>, composed: Tensor<D
 #[test]
 fn swiglu_equals_its_composed_form() {
     for device in devices() {
-        let (a, b) = (
-            random([3, 7, 37], 3.0, &device),
-            random([3, 7, 37], 1.0, &device),
-        );
-        assert!(applies(&a), "the fused kernel must run on {device:?}");
+        let x = random([3, 7, 2 * 37], 3.0, &device);
+        assert!(applies(&x), "the fused kernel must run on {device:?}");
         let r = random([3, 7, 37], 1.0, &device).detach();
-        let fused = swiglu(a.clone(), b.clone());
-        let composed = swiglu_composed(a.clone(), b.clone());
+        let (fused, composed) = (swiglu(x.clone()), swiglu_composed(x.clone()));
         assert_close("y", fused.clone(), composed.clone());
         let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
-        assert_close("∂a", a.grad(&gf).unwrap(), a.grad(&gc).unwrap());
-        assert_close("∂b", b.grad(&gf).unwrap(), b.grad(&gc).unwrap());
+        assert_close("∂x", x.grad(&gf).unwrap(), x.grad(&gc).unwrap());
+    }
+}
+
+#[test]
+fn projections_equal_burns_linear() {
+    // Products below and above the size that runs on the rayon pool.
+    for (batch, time, d_in, d_out) in [(2, 5, 7, 3), (3, 100, 129, 65)] {
+        for device in devices() {
+            for transposed in [false, true] {
+                let x = random([batch, time, d_in], 1.0, &device);
+                let dims = if transposed {
+                    [d_out, d_in]
+                } else {
+                    [d_in, d_out]
+                };
+                let w = random(dims, 0.3, &device);
+                let fused = if transposed {
+                    project_transposed(x.clone(), w.clone())
+                } else {
+                    project(x.clone(), w.clone())
+                };
+                let composed = project_composed(x.clone(), w.clone(), transposed);
+                let r = random([batch, time, d_out], 1.0, &device).detach();
+                assert_close("y", fused.clone(), composed.clone());
+                let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
+                assert_close("∂x", x.grad(&gf).unwrap(), x.grad(&gc).unwrap());
+                assert_close("∂W", w.grad(&gf).unwrap(), w.grad(&gc).unwrap());
+            }
+        }
     }
 }
 
@@ -111,17 +136,10 @@ fn short_conv_equals_its_composed_form() {
 fn fused_ops_run_without_autodiff_and_untracked() {
     for device in devices() {
         let plain = device.clone().inner();
-        let (a, b) = (random([4, 9], 1.0, &plain), random([4, 9], 1.0, &plain));
-        assert_close("plain", swiglu(a.clone(), b.clone()), swiglu_composed(a, b));
+        let x = random([4, 18], 1.0, &plain);
+        assert_close("plain", swiglu(x.clone()), swiglu_composed(x));
         // On the autodiff device, inputs that need no gradient.
-        let (a, b) = (
-            random([4, 9], 1.0, &device).detach(),
-            random([4, 9], 1.0, &device).detach(),
-        );
-        assert_close(
-            "untracked",
-            swiglu(a.clone(), b.clone()),
-            swiglu_composed(a, b),
-        );
+        let x = random([4, 18], 1.0, &device).detach();
+        assert_close("untracked", swiglu(x.clone()), swiglu_composed(x));
     }
 }

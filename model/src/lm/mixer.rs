@@ -12,6 +12,7 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
 use super::conv::{ShortConv, ShortConvConfig};
+use super::linear::{linear, project};
 use super::norm::rms_norm;
 use super::{DecayKind, FeatureMap, LmConfig, MixerKind};
 use crate::hla::{
@@ -68,7 +69,7 @@ pub struct Mixer {
 }
 
 /// A bias-free linear layer with normal(0, std) weights.
-fn linear(d_in: usize, d_out: usize, std: f64, device: &Device) -> Linear {
+fn linear_layer(d_in: usize, d_out: usize, std: f64, device: &Device) -> Linear {
     LinearConfig::new(d_in, d_out)
         .with_bias(false)
         .with_initializer(Initializer::Normal { mean: 0.0, std })
@@ -86,16 +87,16 @@ impl Mixer {
         let gated = config.decay == DecayKind::Gated && kind != MixerKind::Softmax;
         let channels = 2 * d + d_k;
         Self {
-            q: linear(d, d, std, device),
-            k: linear(d, d_k, std, device),
-            v: linear(d, d, std, device),
+            q: linear_layer(d, d, std, device),
+            k: linear_layer(d, d_k, std, device),
+            v: linear_layer(d, d, std, device),
             conv: (config.short_conv > 0)
                 .then(|| ShortConvConfig::new(channels, config.short_conv).init(device)),
-            gate: gated.then(|| linear(d, heads, std, device)),
+            gate: gated.then(|| linear_layer(d, heads, std, device)),
             out_norm: (config.output_norm && kind != MixerKind::Softmax)
                 .then(|| RmsNormConfig::new(d_head).init(device)),
-            out_gate: config.output_gate.then(|| linear(d, d, std, device)),
-            out: linear(d, d, config.residual_std(), device),
+            out_gate: config.output_gate.then(|| linear_layer(d, d, std, device)),
+            out: linear_layer(d, d, config.residual_std(), device),
             rope: (kind == MixerKind::Softmax)
                 .then(|| RotaryEncodingConfig::new(config.max_seq_len, d_head).init(device)),
             settings: Settings {
@@ -129,19 +130,18 @@ impl Mixer {
             Some(s) => (s.conv, Some(s.memory)),
             None => (None, None),
         };
-        let (q, k, v) = (
-            self.q.forward(x.clone()),
-            self.k.forward(x.clone()),
-            self.v.forward(x.clone()),
-        );
-        let ((q, k, v), conv) = match &self.conv {
-            None => ((q, k, v), None),
+        // q, k and v in one projection `[W_q | W_k | W_v]` (and one convolution).
+        let weights = [&self.q, &self.k, &self.v].map(|l| l.weight.val());
+        let widths = weights.each_ref().map(|w| w.dims()[1]);
+        let qkv = project(x.clone(), Tensor::cat(weights.into(), 1));
+        let (qkv, conv) = match &self.conv {
+            None => (qkv, None),
             Some(conv) => {
-                let widths = [q.dims()[2], k.dims()[2], v.dims()[2]];
-                let (qkv, history) = conv.forward(Tensor::cat(vec![q, k, v], 2), conv_history);
-                (split3(qkv, widths), Some(history))
+                let (qkv, history) = conv.forward(qkv, conv_history);
+                (qkv, Some(history))
             }
         };
+        let (q, k, v) = split3(qkv, widths);
         let (q, k, v) = (self.heads(q), self.heads(k), self.heads(v));
         let (o, memory) = match self.settings.kind {
             MixerKind::Softmax => self.attend(q, k, v, memory),
@@ -154,9 +154,9 @@ impl Mixer {
         let [b, h, t, dh] = o.dims();
         let mut o = o.swap_dims(1, 2).reshape([b, t, h * dh]);
         if let Some(gate) = &self.out_gate {
-            o = o * silu(gate.forward(x));
+            o = o * silu(linear(gate, x));
         }
-        (self.out.forward(o), MixerState { conv, memory })
+        (linear(&self.out, o), MixerState { conv, memory })
     }
 
     /// `[batch, time, heads·d_head]` → `[batch, heads, time, d_head]`.
@@ -188,7 +188,7 @@ impl Mixer {
         let time = q.dims()[2];
         let log_g = match (&self.gate, s.decay) {
             (Some(gate), _) => {
-                Some(log_sigmoid(gate.forward(x.clone())).swap_dims(1, 2) / GATE_TEMPERATURE)
+                Some(log_sigmoid(linear(gate, x.clone())).swap_dims(1, 2) / GATE_TEMPERATURE)
             }
             (None, DecayKind::Fixed) => Some(
                 fixed_log_gates(&multi_scale_decay(s.heads), time, &q.device())

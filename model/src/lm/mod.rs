@@ -7,6 +7,7 @@
 
 mod block;
 pub mod conv;
+pub mod linear;
 mod mixer;
 pub mod mlp;
 pub mod norm;
@@ -356,8 +357,8 @@ impl Lm {
         state.position += time;
         let x = norm::rms_norm(&self.norm, x);
         match &self.head {
-            Some(head) => head.forward(x),
-            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze()),
+            Some(head) => linear::linear(head, x),
+            None => linear::project_transposed(x, self.embedding.weight.val()),
         }
     }
 }

@@ -1,11 +1,13 @@
-//! `hla bench`: operator time and memory against sequence length, decode latency against
-//! position, the chunked form's achieved GFLOP/s next to plain matmuls, and chunk-size and
-//! segment-size sweeps. Every figure is the median of several timed repetitions after a warm-up.
+//! `hla bench`: whole training steps of every mixer, operator time and memory against
+//! sequence length, decode latency against position, the chunked form's achieved GFLOP/s
+//! next to plain matmuls, and chunk-size and segment-size sweeps. Every figure is the median
+//! of several timed repetitions after a warm-up.
 
 mod decode;
 mod matmul;
 mod operators;
 mod render;
+mod steps;
 mod sweep;
 
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use burn::prelude::*;
 use hla_model::bench::Shape5;
+use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc;
@@ -21,6 +24,7 @@ use decode::DecodeRow;
 use matmul::MatmulRow;
 use operators::{EfficiencyRow, OperatorRow, efficiency};
 use render::{plot_times, render};
+use steps::TrainRow;
 use sweep::SweepRow;
 
 #[derive(clap::Args, Debug)]
@@ -53,10 +57,27 @@ pub struct Args {
     /// Seed of the random inputs and weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Also measure every training step with the fused CPU kernels off (their composed
+    /// forms), in the same rounds.
+    #[arg(long)]
+    composed: bool,
+    /// Train section: only these mixers (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = parse_mixer)]
+    mixer: Vec<MixerKind>,
+    /// Train section: only these workloads, `nanogpt` (batch 12 of 64 tokens) or `long`
+    /// (one sequence of 2048) (default: both).
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(["nanogpt", "long"]))]
+    workload: Vec<String>,
+}
+
+fn parse_mixer(name: &str) -> Result<MixerKind, String> {
+    name.parse()
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Section {
+    /// Whole optimizer steps of every mixer (nanoGPT's CPU configuration and a long context).
+    Train,
     /// Operator time and memory against sequence length.
     Operators,
     /// `Lm::step` latency against position.
@@ -120,6 +141,9 @@ struct Report {
     heads: usize,
     d: usize,
     dv: usize,
+    /// Absent in reports written before the section existed.
+    #[serde(default)]
+    train: Vec<TrainRow>,
     operators: Vec<OperatorRow>,
     decode: Vec<DecodeRow>,
     matmul: Vec<MatmulRow>,
@@ -179,6 +203,9 @@ fn measure(args: &Args) -> Result<Report> {
     let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
     let longest = *times.last().expect("at least one length");
     let square = if args.quick { 512 } else { 1024 };
+    let train = run_if(wanted(Section::Train), || {
+        bench.train_steps(&args.mixer, &args.workload, args.composed)
+    })?;
     let operators = run_if(wanted(Section::Operators), || {
         bench.operators(times, chunk, segment)
     })?;
@@ -202,6 +229,7 @@ fn measure(args: &Args) -> Result<Report> {
         heads: HEADS,
         d: DIM,
         dv: DIM,
+        train,
         operators,
         decode,
         matmul,

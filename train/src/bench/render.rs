@@ -52,6 +52,7 @@ pub(super) fn render(report: &Report) -> String {
         "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes})\n",
         report.device, report.batch, report.heads, report.d, report.chunk
     );
+    render_train(&mut md, report);
     render_operators(&mut md, report);
     render_decode(&mut md, report);
     render_efficiency(&mut md, report);
@@ -59,7 +60,58 @@ pub(super) fn render(report: &Report) -> String {
     md
 }
 
+fn render_train(md: &mut String, report: &Report) {
+    if report.train.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Training steps: forward, backward, clipping, AdamW (median per step)\n\n\
+         | workload | mixer | B×T | parameters | kernels | ms/step | steps/s | tokens/s | peak MiB |\n\
+         |---|---|---|---:|---|---:|---:|---:|---:|"
+    );
+    for r in &report.train {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {}×{} | {} | {} | {:.1} | {:.2} | {:.0} | {} |",
+            r.workload,
+            r.mixer,
+            r.batch,
+            r.context,
+            r.parameters,
+            if r.fused { "fused" } else { "composed" },
+            r.timing.median_s * 1e3,
+            r.steps_per_s,
+            r.tokens_per_s,
+            mib(r.timing.peak_bytes)
+        );
+    }
+    let pairs: Vec<_> = report
+        .train
+        .iter()
+        .filter(|r| r.fused)
+        .filter_map(|f| {
+            let c = report
+                .train
+                .iter()
+                .find(|c| !c.fused && c.workload == f.workload && c.mixer == f.mixer)?;
+            Some((f, c))
+        })
+        .collect();
+    if !pairs.is_empty() {
+        let _ = writeln!(md, "\nFused kernels over composed forms, tokens/s:\n");
+    }
+    for (f, c) in pairs {
+        let ratio = f.tokens_per_s / c.tokens_per_s;
+        let _ = writeln!(md, "- {} {}: {ratio:.2}×", f.workload, f.mixer);
+    }
+    let _ = writeln!(md);
+}
+
 fn render_operators(md: &mut String, report: &Report) {
+    if report.operators.is_empty() {
+        return;
+    }
     let _ = writeln!(
         md,
         "## Operators: median time (ms), tokens/s, peak heap\n\n\
@@ -120,6 +172,9 @@ fn render_operators(md: &mut String, report: &Report) {
 }
 
 fn render_decode(md: &mut String, report: &Report) {
+    if report.decode.is_empty() {
+        return;
+    }
     let _ = writeln!(
         md,
         "\n## Decoding: `Lm::step` latency (d_model 128, 4 layers)\n\n\

@@ -8,7 +8,7 @@ use burn::tensor::Shape;
 use rayon::prelude::*;
 
 use crate::fused::Host;
-use crate::fused::simd::{self, sigmoid};
+use crate::fused::simd::{self, multiversion, sigmoid};
 
 /// The sizes of one call: sequences, window length, output length, channels, kernel.
 struct Sizes {
@@ -53,6 +53,70 @@ fn pre_activation(window: &[f32], weight: &[f32], out: &mut [f32]) {
     }
 }
 
+multiversion! {
+    /// `y` for the output rows from `first` on (sequence-major).
+    fn convolve_rows(y: &mut [f32], x: &[f32], w: &[f32], n: &Sizes, first: usize) {
+        let c = n.channels;
+        for (i, y) in y.chunks_exact_mut(c).enumerate() {
+            let from = n.first_input(first + i);
+            pre_activation(&x[from..from + n.kernel * c], w, y);
+            for v in y.iter_mut() {
+                *v *= sigmoid(*v);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `q = g ⊙ silu'(p)` for the output rows from `first` on, and their share of `∂W`
+    /// added to `dw`.
+    fn scale_rows(
+        q: &mut [f32],
+        dw: &mut [f32],
+        g: &[f32],
+        x: &[f32],
+        w: &[f32],
+        n: &Sizes,
+        first: usize,
+    ) {
+        let c = n.channels;
+        for (i, (q, g)) in q.chunks_exact_mut(c).zip(g.chunks_exact(c)).enumerate() {
+            let from = n.first_input(first + i);
+            let inputs = &x[from..from + n.kernel * c];
+            pre_activation(inputs, w, q);
+            for (q, g) in q.iter_mut().zip(g) {
+                let s = sigmoid(*q);
+                *q = g * s * (1.0 + *q * (1.0 - s));
+            }
+            for (dw, inputs) in dw.chunks_exact_mut(c).zip(inputs.chunks_exact(c)) {
+                for ((dw, x), q) in dw.iter_mut().zip(inputs).zip(q.iter()) {
+                    *dw += x * q;
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `∂window_τ = Σ_j W_j ⊙ q_{τ−j}` for the window rows from `first` on, over the
+    /// outputs `τ − j` that exist.
+    fn window_grad_rows(dx: &mut [f32], q: &[f32], w: &[f32], n: &Sizes, first: usize) {
+        let c = n.channels;
+        for (i, dx) in dx.chunks_exact_mut(c).enumerate() {
+            let row = first + i;
+            let (sequence, tau) = (row / n.window, row % n.window);
+            let earliest = (tau + 1).saturating_sub(n.kernel);
+            for t in earliest..tau.min(n.time - 1) + 1 {
+                let q = &q[(sequence * n.time + t) * c..][..c];
+                let w = &w[(tau - t) * c..][..c];
+                for ((dx, q), w) in dx.iter_mut().zip(q).zip(w) {
+                    *dx += q * w;
+                }
+            }
+        }
+    }
+}
+
 /// `[window [batch, kernel − 1 + time, channels], W [kernel, channels]]` → `y [batch, time,
 /// channels]`; saves both inputs.
 pub(crate) fn forward<B: Host>(
@@ -65,13 +129,7 @@ pub(crate) fn forward<B: Host>(
         let mut y = vec![0.0; n.batch * n.time * c];
         let rows = simd::rows_per_piece(c * n.kernel);
         simd::run(y.par_chunks_mut(rows * c).enumerate(), |(piece, y)| {
-            for (i, y) in y.chunks_exact_mut(c).enumerate() {
-                let from = n.first_input(piece * rows + i);
-                pre_activation(&x[from..from + n.kernel * c], &w, y);
-                for v in y.iter_mut() {
-                    *v *= sigmoid(*v);
-                }
-            }
+            convolve_rows(y, &x, &w, &n, piece * rows)
         });
         y
     };
@@ -98,24 +156,9 @@ pub(crate) fn backward<B: Host>(
         .zip(g.par_chunks(rows * c))
         .enumerate()
         .map(|(piece, (q, g))| {
-            simd::vectorized(|| {
-                let mut dw = vec![0.0; n.kernel * c];
-                for (i, (q, g)) in q.chunks_exact_mut(c).zip(g.chunks_exact(c)).enumerate() {
-                    let from = n.first_input(piece * rows + i);
-                    let inputs = &x[from..from + n.kernel * c];
-                    pre_activation(inputs, &w, q);
-                    for (q, g) in q.iter_mut().zip(g) {
-                        let s = sigmoid(*q);
-                        *q = g * s * (1.0 + *q * (1.0 - s));
-                    }
-                    for (dw, inputs) in dw.chunks_exact_mut(c).zip(inputs.chunks_exact(c)) {
-                        for ((dw, x), q) in dw.iter_mut().zip(inputs).zip(q.iter()) {
-                            *dw += x * q;
-                        }
-                    }
-                }
-                dw
-            })
+            let mut dw = vec![0.0; n.kernel * c];
+            scale_rows(q, &mut dw, g, &x, &w, &n, piece * rows);
+            dw
         })
         .collect();
     let mut dw = vec![0.0; n.kernel * c];
@@ -124,23 +167,10 @@ pub(crate) fn backward<B: Host>(
             *total += p;
         }
     }
-    // ∂window_τ = Σ_j W_j ⊙ q_{τ−j} over the outputs τ − j that exist.
     let mut dx = vec![0.0; n.batch * n.window * c];
     let rows = simd::rows_per_piece(c * n.kernel);
     simd::run(dx.par_chunks_mut(rows * c).enumerate(), |(piece, dx)| {
-        for (i, dx) in dx.chunks_exact_mut(c).enumerate() {
-            let row = piece * rows + i;
-            let (sequence, tau) = (row / n.window, row % n.window);
-            let first = (tau + 1).saturating_sub(n.kernel);
-            for t in first..tau.min(n.time - 1) + 1 {
-                let j = tau - t;
-                let q = &q[(sequence * n.time + t) * c..][..c];
-                let w = &w[j * c..][..c];
-                for ((dx, q), w) in dx.iter_mut().zip(q).zip(w) {
-                    *dx += q * w;
-                }
-            }
-        }
+        window_grad_rows(dx, &q, &w, &n, piece * rows)
     });
     [B::tensor(dx, window_shape), B::tensor(dw, weight_shape)]
 }

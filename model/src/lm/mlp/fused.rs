@@ -1,58 +1,73 @@
-//! The fused SwiGLU gate: `y = silu(a) ⊙ b` with `silu(a) = a σ(a)`, and its gradients
-//! `∂a = g b σ(a) (1 + a (1 − σ(a)))`, `∂b = g silu(a)`, one pass each.
+//! The fused SwiGLU gate on rows `[a | b]` of `2n` values: `y = silu(a) ⊙ b` with
+//! `silu(a) = a σ(a)`, and its gradient `[∂a | ∂b]` with `∂a = g b σ(a) (1 + a (1 − σ(a)))`,
+//! `∂b = g silu(a)`, one pass each.
 
 use burn::backend::TensorMetadata;
 use burn::backend::tensor::FloatTensor;
 use rayon::prelude::*;
 
 use crate::fused::Host;
-use crate::fused::simd::{self, PIECE};
+use crate::fused::simd::{self, multiversion, sigmoid};
 
-/// `[a, b]` → `y`; saves `a` and `b`.
-pub(crate) fn forward<B: Host>(
-    [a, b]: [FloatTensor<B>; 2],
-) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
-    let shape = a.shape();
-    let y = {
-        let (a, b) = (B::values(&a), B::values(&b));
-        let mut y = vec![0.0; a.len()];
-        let pieces = y
-            .par_chunks_mut(PIECE)
-            .zip(a.par_chunks(PIECE))
-            .zip(b.par_chunks(PIECE));
-        simd::run(pieces, |((y, a), b)| {
+multiversion! {
+    /// `y = silu(a) ⊙ b` for every row `[a | b]` of `x`.
+    fn gate(y: &mut [f32], x: &[f32], n: usize) {
+        for (y, x) in y.chunks_exact_mut(n).zip(x.chunks_exact(2 * n)) {
+            let (a, b) = x.split_at(n);
             for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
-                *y = a * simd::sigmoid(a) * b;
+                *y = a * sigmoid(a) * b;
             }
-        });
-        y
-    };
-    (B::tensor(y, shape), vec![a, b])
+        }
+    }
 }
 
-/// Saved `[a, b]` and `∂y` → `[∂a, ∂b]`.
+multiversion! {
+    /// `[∂a | ∂b]` of every row of `x` from the rows of `g`.
+    fn gate_backward(dx: &mut [f32], x: &[f32], g: &[f32], n: usize) {
+        let rows = dx.chunks_exact_mut(2 * n).zip(x.chunks_exact(2 * n));
+        for ((dx, x), g) in rows.zip(g.chunks_exact(n)) {
+            let ((da, db), (a, b)) = (dx.split_at_mut(n), x.split_at(n));
+            for i in 0..n {
+                let s = sigmoid(a[i]);
+                db[i] = g[i] * a[i] * s;
+                da[i] = g[i] * b[i] * s * (1.0 + a[i] * (1.0 - s));
+            }
+        }
+    }
+}
+
+/// `[x [.., 2n]]` → `y [.., n]`; saves `x`.
+pub(crate) fn forward<B: Host>([x]: [FloatTensor<B>; 1]) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
+    let mut shape = x.shape();
+    let last = shape.num_dims() - 1;
+    let n = shape[last] / 2;
+    let y = {
+        let x = B::values(&x);
+        let mut y = vec![0.0; x.len() / 2];
+        let rows = simd::rows_per_piece(2 * n);
+        let pieces = y.par_chunks_mut(rows * n).zip(x.par_chunks(rows * 2 * n));
+        simd::run(pieces, |(y, x)| gate(y, x, n));
+        y
+    };
+    shape[last] = n;
+    (B::tensor(y, shape), vec![x])
+}
+
+/// Saved `[x]` and `∂y [.., n]` → `[∂x [.., 2n]]`.
 pub(crate) fn backward<B: Host>(
     saved: Vec<FloatTensor<B>>,
     grad: FloatTensor<B>,
-) -> [FloatTensor<B>; 2] {
-    let [a, b] = <[_; 2]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved a and b"));
-    let shape = a.shape();
-    let (a, b, g) = (B::values(&a), B::values(&b), B::values(&grad));
-    let (mut da, mut db) = (vec![0.0; a.len()], vec![0.0; a.len()]);
-    let pieces = da
-        .par_chunks_mut(PIECE)
-        .zip(db.par_chunks_mut(PIECE))
-        .zip(a.par_chunks(PIECE))
-        .zip(b.par_chunks(PIECE))
-        .zip(g.par_chunks(PIECE));
-    simd::run(pieces, |((((da, db), a), b), g)| {
-        let n = a.len();
-        let (db, b, g) = (&mut db[..n], &b[..n], &g[..n]);
-        for (i, da) in da[..n].iter_mut().enumerate() {
-            let s = simd::sigmoid(a[i]);
-            db[i] = g[i] * a[i] * s;
-            *da = g[i] * b[i] * s * (1.0 + a[i] * (1.0 - s));
-        }
-    });
-    [B::tensor(da, shape.clone()), B::tensor(db, shape)]
+) -> [FloatTensor<B>; 1] {
+    let [x] = <[_; 1]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved x"));
+    let shape = x.shape();
+    let n = shape[shape.num_dims() - 1] / 2;
+    let (x, g) = (B::values(&x), B::values(&grad));
+    let mut dx = vec![0.0; x.len()];
+    let rows = simd::rows_per_piece(2 * n);
+    let pieces = dx
+        .par_chunks_mut(rows * 2 * n)
+        .zip(x.par_chunks(rows * 2 * n))
+        .zip(g.par_chunks(rows * n));
+    simd::run(pieces, |((dx, x), g)| gate_backward(dx, x, g, n));
+    [B::tensor(dx, shape)]
 }

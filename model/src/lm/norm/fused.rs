@@ -7,7 +7,47 @@ use burn::tensor::Shape;
 use rayon::prelude::*;
 
 use crate::fused::Host;
-use crate::fused::simd::{self, dot};
+use crate::fused::simd::{self, dot, multiversion};
+
+multiversion! {
+    /// `y` and `r` of every row of `x`.
+    fn normalize(y: &mut [f32], r: &mut [f32], x: &[f32], gamma: &[f32], epsilon: f32) {
+        let d = gamma.len();
+        for ((y, r), x) in y.chunks_exact_mut(d).zip(r).zip(x.chunks_exact(d)) {
+            *r = 1.0 / (dot(x, x) / d as f32 + epsilon).sqrt();
+            for ((y, x), g) in y.iter_mut().zip(x).zip(gamma) {
+                *y = x * *r * g;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `∂x` of every row, and the rows' sum of `g ⊙ x̂` added to `d_gamma`.
+    fn normalize_backward(
+        dx: &mut [f32],
+        d_gamma: &mut [f32],
+        x: &[f32],
+        g: &[f32],
+        r: &[f32],
+        gamma: &[f32],
+    ) {
+        let d = gamma.len();
+        let (mut x_hat, mut g_gamma) = (vec![0.0; d], vec![0.0; d]);
+        let rows = dx.chunks_exact_mut(d).zip(x.chunks_exact(d));
+        for (((dx, x), g), &r) in rows.zip(g.chunks_exact(d)).zip(r) {
+            for i in 0..d {
+                x_hat[i] = x[i] * r;
+                g_gamma[i] = g[i] * gamma[i];
+                d_gamma[i] += g[i] * x_hat[i];
+            }
+            let mean = dot(&g_gamma, &x_hat) / d as f32;
+            for i in 0..d {
+                dx[i] = r * (g_gamma[i] - x_hat[i] * mean);
+            }
+        }
+    }
+}
 
 /// `[x [.., d], γ [d]]` → `y`; saves `x`, `γ` and every row's `r` `[.., 1]`.
 pub(crate) fn forward<B: Host>(
@@ -25,13 +65,7 @@ pub(crate) fn forward<B: Host>(
             .zip(r.par_chunks_mut(rows))
             .zip(x.par_chunks(rows * d));
         simd::run(pieces, |((y, r), x)| {
-            let rows = y.chunks_exact_mut(d).zip(r).zip(x.chunks_exact(d));
-            for ((y, r), x) in rows {
-                *r = 1.0 / (dot(x, x) / d as f32 + epsilon as f32).sqrt();
-                for ((y, x), g) in y.iter_mut().zip(x).zip(gamma.iter()) {
-                    *y = x * *r * g;
-                }
-            }
+            normalize(y, r, x, &gamma, epsilon as f32)
         });
         (y, r)
     };
@@ -64,23 +98,9 @@ pub(crate) fn backward<B: Host>(
         .zip(g.par_chunks(rows * d))
         .zip(r.par_chunks(rows))
         .map(|(((dx, x), g), r)| {
-            simd::vectorized(|| {
-                let mut d_gamma = vec![0.0; d];
-                let (mut x_hat, mut g_gamma) = (vec![0.0; d], vec![0.0; d]);
-                let rows = dx.chunks_exact_mut(d).zip(x.chunks_exact(d));
-                for (((dx, x), g), &r) in rows.zip(g.chunks_exact(d)).zip(r) {
-                    for i in 0..d {
-                        x_hat[i] = x[i] * r;
-                        g_gamma[i] = g[i] * gamma[i];
-                        d_gamma[i] += g[i] * x_hat[i];
-                    }
-                    let mean = dot(&g_gamma, &x_hat) / d as f32;
-                    for i in 0..d {
-                        dx[i] = r * (g_gamma[i] - x_hat[i] * mean);
-                    }
-                }
-                d_gamma
-            })
+            let mut d_gamma = vec![0.0; d];
+            normalize_backward(dx, &mut d_gamma, x, g, r, &gamma);
+            d_gamma
         })
         .collect();
     let mut d_gamma = vec![0.0; d];

@@ -1,0 +1,212 @@
+//! The train section: whole optimizer steps as `hla train` runs them (chunked forward, loss,
+//! backward, gradient clipping, AdamW with its parameter groups), for every mixer on
+//! nanoGPT's CPU configuration and on a long context, with random tokens (no data loader).
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use burn::data::dataloader::batcher::Batcher;
+use burn::optim::ModuleOptimizer;
+use burn::prelude::*;
+use burn::train::TrainStep;
+use hla_data::batch::{LmBatch, LmBatcher};
+use hla_data::windows::LmItem;
+use hla_model::lm::MixerKind;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::{Bench, Timing, repetitions};
+use crate::alloc;
+use crate::config::{ModelSection, TrainSection};
+use crate::trainee::{NanGuard, Trainee};
+
+/// A batch shape of the train section.
+pub(super) struct Workload {
+    pub(super) name: &'static str,
+    pub(super) batch: usize,
+    pub(super) context: usize,
+}
+
+/// nanoGPT's CPU configuration (`configs/shakespeare-char-*.toml`), and one sequence of
+/// 2048 tokens.
+pub(super) const WORKLOADS: [Workload; 2] = [
+    Workload {
+        name: "nanogpt",
+        batch: 12,
+        context: 64,
+    },
+    Workload {
+        name: "long",
+        batch: 1,
+        context: 2048,
+    },
+];
+
+/// Tiny-shakespeare's characters.
+const VOCAB: usize = 65;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct TrainRow {
+    pub(super) workload: String,
+    pub(super) mixer: String,
+    pub(super) batch: usize,
+    pub(super) context: usize,
+    pub(super) parameters: usize,
+    /// Whether the fused CPU kernels ran (off: every op's composed form).
+    pub(super) fused: bool,
+    pub(super) steps_per_s: f64,
+    pub(super) tokens_per_s: f64,
+    pub(super) timing: Timing,
+}
+
+/// One model training on one batch, fused kernels on or off.
+struct Case {
+    workload: &'static Workload,
+    mixer: MixerKind,
+    fused: bool,
+    parameters: usize,
+    trainee: Option<Trainee>,
+    optimizer: ModuleOptimizer,
+    batch: LmBatch,
+}
+
+impl Case {
+    fn new(
+        workload: &'static Workload,
+        mixer: MixerKind,
+        fused: bool,
+        device: &Device,
+        seed: u64,
+    ) -> Self {
+        let model = ModelSection {
+            mixer,
+            ..ModelSection::default()
+        };
+        let lm = model.lm_config(VOCAB).init(device);
+        let trainee = Trainee {
+            lm,
+            guard: NanGuard::default(),
+        };
+        let optimizer = crate::train::optimizer(&TrainSection::default(), &trainee);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let items = (0..workload.batch)
+            .map(|_| {
+                let tokens: Vec<u32> = (0..=workload.context)
+                    .map(|_| rng.random_range(0..VOCAB as u32))
+                    .collect();
+                LmItem {
+                    inputs: tokens[..workload.context].to_vec(),
+                    targets: tokens[1..].to_vec(),
+                    mask: vec![true; workload.context],
+                }
+            })
+            .collect();
+        Self {
+            workload,
+            mixer,
+            fused,
+            parameters: trainee.lm.num_params(),
+            trainee: Some(trainee),
+            optimizer,
+            batch: LmBatcher.batch(items, device),
+        }
+    }
+
+    /// One optimizer step; returns its seconds and peak heap bytes.
+    fn step(&mut self, device: &Device) -> Result<(f64, usize)> {
+        hla_model::fused::set_enabled(self.fused);
+        let trainee = self
+            .trainee
+            .take()
+            .expect("the model is back after every step");
+        let base = alloc::reset_peak();
+        let start = Instant::now();
+        let output = TrainStep::step(&trainee, self.batch.clone());
+        let lr = TrainSection::default().lr;
+        let trainee = self.optimizer.step(lr, trainee, output.grads);
+        device.sync().context("waiting for the device")?;
+        let seconds = start.elapsed().as_secs_f64();
+        self.trainee = Some(trainee);
+        Ok((seconds, alloc::peak() - base))
+    }
+}
+
+impl Bench {
+    /// Every workload and mixer (empty lists: all; with `composed`, each also with the
+    /// fused kernels off): one warm-up step each, then rounds of one step per case still
+    /// short of its repetitions, so the machine's slow spells spread over every case.
+    pub(super) fn train_steps(
+        &self,
+        mixers: &[MixerKind],
+        workloads: &[String],
+        composed: bool,
+    ) -> Result<Vec<TrainRow>> {
+        let autodiff = self.device.clone().autodiff();
+        let variants: &[bool] = if composed { &[true, false] } else { &[true] };
+        let all: Vec<MixerKind> = MixerKind::NAMES
+            .iter()
+            .map(|name| name.parse().expect("a mixer's own name"))
+            .collect();
+        let mixers = if mixers.is_empty() { &all } else { mixers };
+        let mut cases = Vec::new();
+        let wanted = |w: &Workload| workloads.is_empty() || workloads.iter().any(|n| n == w.name);
+        for workload in WORKLOADS.iter().filter(|w| wanted(w)) {
+            for &mixer in mixers {
+                for &fused in variants {
+                    cases.push(Case::new(
+                        workload,
+                        mixer,
+                        fused,
+                        &autodiff,
+                        cases.len() as u64,
+                    ));
+                }
+            }
+        }
+        let mut reps = Vec::with_capacity(cases.len());
+        for case in &mut cases {
+            eprintln!(
+                "train {} {} {} warm-up",
+                case.workload.name,
+                case.mixer.name(),
+                if case.fused { "fused" } else { "composed" }
+            );
+            case.step(&autodiff)?;
+            reps.push(repetitions(case.step(&autodiff)?.0));
+        }
+        let rounds = reps.iter().copied().max().unwrap_or(0);
+        let mut runs = vec![Vec::new(); cases.len()];
+        let mut peaks = vec![0; cases.len()];
+        for round in 0..rounds {
+            eprintln!("train steps: round {} of {rounds}", round + 1);
+            for (c, case) in cases.iter_mut().enumerate() {
+                if round < reps[c] {
+                    let (seconds, peak) = case.step(&autodiff)?;
+                    runs[c].push(seconds);
+                    peaks[c] = peaks[c].max(peak);
+                }
+            }
+        }
+        hla_model::fused::set_enabled(true);
+        Ok(cases
+            .iter()
+            .zip(runs)
+            .zip(peaks)
+            .map(|((case, runs), peak)| {
+                let timing = Timing::of(runs, self.host_memory.then_some(peak));
+                let w = case.workload;
+                TrainRow {
+                    workload: w.name.into(),
+                    mixer: case.mixer.name().into(),
+                    batch: w.batch,
+                    context: w.context,
+                    parameters: case.parameters,
+                    fused: case.fused,
+                    steps_per_s: 1.0 / timing.median_s,
+                    tokens_per_s: (w.batch * w.context) as f64 / timing.median_s,
+                    timing,
+                }
+            })
+            .collect())
+    }
+}
