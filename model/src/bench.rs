@@ -2,11 +2,10 @@
 //! random inputs, their FLOP counts, and a language model decoding at a given position.
 //! Timing is the caller's.
 
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
 use burn::{prelude::*, tensor::Distribution};
 
 use crate::hla::{self, Form, HlaInput, Order, Output, fixed_log_gates, multi_scale_decay};
+use crate::lm::attention::causal_attention;
 use crate::lm::{Lm, LmConfig, LmState, MixerKind};
 
 /// The token mixers compared by the operator benchmark.
@@ -20,7 +19,7 @@ pub enum Operator {
     Hla2Recurrent,
     /// First-order linear attention, chunk-parallel.
     LinearChunked,
-    /// Causal softmax attention (Burn's fused attention op).
+    /// Causal softmax attention (the softmax mixer's: fused on CPU devices).
     Softmax,
 }
 
@@ -158,19 +157,7 @@ impl OperatorInputs {
     }
 
     fn softmax(&self) -> Tensor<4> {
-        let options = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: true,
-        };
-        attention(
-            self.q.clone(),
-            self.k.clone(),
-            self.v.clone(),
-            None,
-            None,
-            options,
-        )
+        causal_attention(self.q.clone(), self.k.clone(), self.v.clone(), 0)
     }
 }
 

@@ -11,8 +11,8 @@ use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 
 /// The gradient of every input, from the saved tensors and the output's gradient.
-pub(crate) type BackwardFn<B, const N: usize> =
-    fn(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N];
+type BackwardFn<B, const N: usize> =
+    Box<dyn FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send>;
 
 struct Fused<B: Backend, const N: usize>(BackwardFn<B, N>);
 
@@ -41,10 +41,10 @@ impl<B: Backend, const N: usize> Backward<B, N> for Fused<B, N> {
 pub(crate) fn record<B: Backend, C: CheckpointStrategy, const N: usize>(
     inputs: [FloatTensor<Autodiff<B, C>>; N],
     forward: impl FnOnce([FloatTensor<B>; N]) -> (FloatTensor<B>, Vec<FloatTensor<B>>),
-    backward: BackwardFn<B, N>,
+    backward: impl FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send + 'static,
 ) -> FloatTensor<Autodiff<B, C>> {
     let (primitives, guards) = split::<B, C, N>(inputs);
-    match Fused(backward)
+    match Fused(Box::new(backward))
         .prepare::<C>(guards)
         .compute_bound()
         .stateful()

@@ -10,7 +10,7 @@ use burn::backend::{Autodiff, Backend, backend_extension};
 
 use super::Host;
 use super::autodiff::record;
-use crate::lm::{conv, linear, mlp, norm};
+use crate::lm::{attention, conv, linear, mlp, norm};
 
 /// Ops with a fused kernel. Shapes are the callers' (see each op's module); every tensor
 /// is f32 and contiguous or made so.
@@ -35,6 +35,15 @@ pub(crate) trait FusedOps: Backend {
         weight: FloatTensor<Self>,
         transposed: bool,
     ) -> FloatTensor<Self>;
+
+    /// Causal softmax attention of queries from position `start`,
+    /// [`attention::causal_attention`].
+    fn attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        start: usize,
+    ) -> FloatTensor<Self>;
 }
 
 impl<B: Host> FusedOps for B {
@@ -56,6 +65,15 @@ impl<B: Host> FusedOps for B {
         } else {
             linear::fused::forward::<B, false>([x, weight]).0
         }
+    }
+
+    fn attention(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        start: usize,
+    ) -> FloatTensor<B> {
+        attention::fused::forward::<B>([q, k, v], start).0
     }
 }
 
@@ -91,5 +109,19 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         } else {
             record::<B, C, 2>([x, weight], forward::<B, false>, backward::<B, false>)
         }
+    }
+
+    fn attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        start: usize,
+    ) -> FloatTensor<Self> {
+        use attention::fused::{backward, forward};
+        record::<B, C, 3>(
+            [q, k, v],
+            |inputs| forward::<B>(inputs, start),
+            move |saved, grad| backward::<B>(saved, grad, start),
+        )
     }
 }

@@ -112,6 +112,46 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// The largest of `x` (−∞ when empty), in 16 lanes.
+#[inline(always)]
+pub(crate) fn max(x: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let rest = x.chunks_exact(LANES);
+    let mut best = rest
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    for x in rest {
+        for i in 0..LANES {
+            if x[i] > acc[i] {
+                acc[i] = x[i];
+            }
+        }
+    }
+    for a in acc {
+        if a > best {
+            best = a;
+        }
+    }
+    best
+}
+
+/// `Σ x`, in 16 lanes.
+#[inline(always)]
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [0.0f32; LANES];
+    let rest = x.chunks_exact(LANES);
+    let tail: f32 = rest.remainder().iter().sum();
+    for x in rest {
+        for i in 0..LANES {
+            acc[i] += x[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// `σ(x) = 1 / (1 + e^−x)`.
 #[inline(always)]
 pub(crate) fn sigmoid(x: f32) -> f32 {

@@ -8,6 +8,7 @@ use burn::tensor::Distribution;
 
 use super::applies;
 use crate::compare::relative_rms_error;
+use crate::lm::attention::{causal_attention, causal_attention_composed};
 use crate::lm::conv::{convolve, convolve_composed};
 use crate::lm::linear::{project, project_composed, project_transposed};
 use crate::lm::mlp::{swiglu, swiglu_composed};
@@ -128,6 +129,41 @@ fn short_conv_equals_its_composed_form() {
                 window.grad(&gc).unwrap(),
             );
             assert_close("∂W", weight.grad(&gf).unwrap(), weight.grad(&gc).unwrap());
+        }
+    }
+}
+
+#[test]
+fn attention_equals_burns() {
+    // One token, one block, ragged blocks past the first (BLOCK = 128), d ≠ dv; queries
+    // from position `start` over a KV cache of `start + T` keys.
+    for (time, start, d, dv) in [
+        (1, 0, 5, 4),
+        (7, 0, 5, 4),
+        (130, 0, 8, 3),
+        (300, 0, 4, 6),
+        (1, 9, 5, 4),
+        (3, 140, 4, 4),
+        (129, 6, 4, 2),
+    ] {
+        for device in devices() {
+            let (b, h, keys) = (2, 3, start + time);
+            let q = random([b, h, time, d], 1.5, &device);
+            let k = random([b, h, keys, d], 1.5, &device);
+            let v = random([b, h, keys, dv], 1.0, &device);
+            let r = random([b, h, time, dv], 1.0, &device).detach();
+            let fused = causal_attention(q.clone(), k.clone(), v.clone(), start);
+            let composed = causal_attention_composed(q.clone(), k.clone(), v.clone(), start);
+            let case = format!("T={time} start={start}");
+            assert_close(&format!("{case} o"), fused.clone(), composed.clone());
+            let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
+            for (name, x) in [("∂q", &q), ("∂k", &k), ("∂v", &v)] {
+                assert_close(
+                    &format!("{case} {name}"),
+                    x.grad(&gf).unwrap(),
+                    x.grad(&gc).unwrap(),
+                );
+            }
         }
     }
 }

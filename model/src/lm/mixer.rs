@@ -8,9 +8,8 @@ use burn::nn::{
 };
 use burn::prelude::*;
 use burn::tensor::activation::{elu, log_sigmoid, silu};
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
 
+use super::attention::causal_attention;
 use super::conv::{ShortConv, ShortConvConfig};
 use super::linear::{linear, project};
 use super::norm::rms_norm;
@@ -223,20 +222,7 @@ impl Mixer {
         let (q, k) = (rope.apply(q, start), rope.apply(k, start));
         let k = past_k.map_or(k.clone(), |past| Tensor::cat(vec![past, k], 2));
         let v = past_v.map_or(v.clone(), |past| Tensor::cat(vec![past, v], 2));
-        let (time, total) = (q.dims()[2], k.dims()[2]);
-        let causal = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: start == 0,
-        };
-        let mask = (start > 0).then(|| {
-            // Query i (absolute position start + i) sees keys 0..=start + i.
-            let [b, h, _, _] = q.dims();
-            Tensor::<2, Bool>::tril_mask([time, total], start as i64, &q.device())
-                .unsqueeze::<4>()
-                .expand([b, h, time, total])
-        });
-        let o = attention(q, k.clone(), v.clone(), mask, None, causal);
+        let o = causal_attention(q, k.clone(), v.clone(), start);
         (o, Memory::Cache { k, v })
     }
 

@@ -5,6 +5,7 @@
 //! [`Lm::prefill`] (chunk-parallel over a prompt, keeping the state) and [`Lm::step`]
 //! (the serial recurrence, one token at a time; a KV cache for softmax attention).
 
+pub mod attention;
 mod block;
 pub mod conv;
 pub mod linear;
