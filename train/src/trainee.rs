@@ -57,7 +57,7 @@ impl NanGuard {
 impl Trainee {
     /// Chunked forward and the mean loss over the scored targets. Unscored targets are
     /// set to 0, the pad token of the accuracy metric (MQAR's filler, never a value).
-    fn forward_batch(&self, batch: LmBatch) -> SequenceOutput {
+    pub fn forward_batch(&self, batch: LmBatch) -> SequenceOutput {
         let logits = self.lm.forward(batch.inputs);
         let (loss, _) = masked_mean_nll(
             logits.clone(),

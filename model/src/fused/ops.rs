@@ -10,6 +10,7 @@ use burn::backend::{Autodiff, Backend, backend_extension};
 
 use super::Host;
 use super::autodiff::record;
+use crate::hla::{first, second};
 use crate::lm::{attention, conv, linear, mlp, norm};
 
 /// Ops with a fused kernel. Shapes are the callers' (see each op's module); every tensor
@@ -44,6 +45,30 @@ pub(crate) trait FusedOps: Backend {
         v: FloatTensor<Self>,
         start: usize,
     ) -> FloatTensor<Self>;
+
+    /// First-order HLA in chunks of `chunk`: the packed output and final state
+    /// (`first::chunked`).
+    fn hla_first(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        s: FloatTensor<Self>,
+        chunk: usize,
+    ) -> FloatTensor<Self>;
+
+    /// Second-order HLA in chunks of `chunk`: the packed output and final state
+    /// (`second::chunked`).
+    #[allow(clippy::too_many_arguments)]
+    fn hla_second(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        s: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        chunk: usize,
+    ) -> FloatTensor<Self>;
 }
 
 impl<B: Host> FusedOps for B {
@@ -74,6 +99,29 @@ impl<B: Host> FusedOps for B {
         start: usize,
     ) -> FloatTensor<B> {
         attention::fused::forward::<B>([q, k, v], start).0
+    }
+
+    fn hla_first(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        log_g: FloatTensor<B>,
+        s: FloatTensor<B>,
+        chunk: usize,
+    ) -> FloatTensor<B> {
+        first::fused::forward::<B>([q, k, v, log_g, s], chunk).0
+    }
+
+    fn hla_second(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        log_g: FloatTensor<B>,
+        s: FloatTensor<B>,
+        z: FloatTensor<B>,
+        chunk: usize,
+    ) -> FloatTensor<B> {
+        second::fused::forward::<B>([q, k, v, log_g, s, z], chunk).0
     }
 }
 
@@ -122,6 +170,39 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
             [q, k, v],
             |inputs| forward::<B>(inputs, start),
             move |saved, grad| backward::<B>(saved, grad, start),
+        )
+    }
+
+    fn hla_first(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        s: FloatTensor<Self>,
+        chunk: usize,
+    ) -> FloatTensor<Self> {
+        use first::fused::{backward, forward};
+        record::<B, C, 5>(
+            [q, k, v, log_g, s],
+            |inputs| forward::<B>(inputs, chunk),
+            move |saved, grad| backward::<B>(saved, grad, chunk),
+        )
+    }
+
+    fn hla_second(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        s: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        chunk: usize,
+    ) -> FloatTensor<Self> {
+        use second::fused::{backward, forward};
+        record::<B, C, 6>(
+            [q, k, v, log_g, s, z],
+            |inputs| forward::<B>(inputs, chunk),
+            move |saved, grad| backward::<B>(saved, grad, chunk),
         )
     }
 }

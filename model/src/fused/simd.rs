@@ -70,8 +70,9 @@ macro_rules! multiversion {
 pub(crate) use multiversion;
 
 /// `e^x`, within 2 ulp of the exact value on [−87, 88] (Cephes' `expf`: `x = n ln 2 + r`,
-/// a degree-6 polynomial in `r`, `2^n` built in the exponent bits); clamped outside. `n` is
-/// rounded by adding and subtracting 1.5·2²³, which vectorizes where `floor` may not.
+/// a degree-6 polynomial in `r`, `2^n` built in the exponent bits); clamped outside. Adding
+/// 1.5·2²³ rounds `x log₂e` to the integer `n` and leaves `n` in the low mantissa bits, so
+/// every step vectorizes (`floor` and a saturating float-to-int cast may not).
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
@@ -80,7 +81,9 @@ pub(crate) fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2_E + ROUND) - ROUND;
+    let shifted = x * LOG2_E + ROUND;
+    let n = shifted - ROUND;
+    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.987_569_1e-4;
     let p = p * r + 1.398_199_9e-3;
@@ -89,7 +92,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    y * f32::from_bits(n_bits.wrapping_add(127) << 23)
 }
 
 /// `Σ a_i b_i` in 16 lanes, so that it vectorizes (a sum in order would not).

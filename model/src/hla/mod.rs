@@ -32,6 +32,8 @@ pub mod ahla;
 mod chunks;
 mod decay;
 pub mod first;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod fused;
 mod input;
 mod normalize;
 pub mod second;

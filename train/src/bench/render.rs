@@ -66,14 +66,14 @@ fn render_train(md: &mut String, report: &Report) {
     }
     let _ = writeln!(
         md,
-        "## Training steps: forward, backward, clipping, AdamW (median per step)\n\n\
-         | workload | mixer | B×T | parameters | kernels | ms/step | steps/s | tokens/s | peak MiB |\n\
-         |---|---|---|---:|---|---:|---:|---:|---:|"
+        "## Training steps: forward, backward, clipping, AdamW (median ms per step and phase)\n\n\
+         | workload | mixer | B×T | parameters | kernels | ms/step | forward | backward | optimizer | steps/s | tokens/s | peak MiB |\n\
+         |---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in &report.train {
         let _ = writeln!(
             md,
-            "| {} | {} | {}×{} | {} | {} | {:.1} | {:.2} | {:.0} | {} |",
+            "| {} | {} | {}×{} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {} |",
             r.workload,
             r.mixer,
             r.batch,
@@ -81,6 +81,9 @@ fn render_train(md: &mut String, report: &Report) {
             r.parameters,
             if r.fused { "fused" } else { "composed" },
             r.timing.median_s * 1e3,
+            r.phases_s[0] * 1e3,
+            r.phases_s[1] * 1e3,
+            r.phases_s[2] * 1e3,
             r.steps_per_s,
             r.tokens_per_s,
             mib(r.timing.peak_bytes)

@@ -6,9 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::data::dataloader::batcher::Batcher;
-use burn::optim::ModuleOptimizer;
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
-use burn::train::TrainStep;
 use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::windows::LmItem;
 use hla_model::lm::MixerKind;
@@ -56,6 +55,9 @@ pub(super) struct TrainRow {
     pub(super) fused: bool,
     pub(super) steps_per_s: f64,
     pub(super) tokens_per_s: f64,
+    /// Median seconds of the forward pass with the loss, of the backward pass, and of
+    /// the optimizer step (clipping and AdamW).
+    pub(super) phases_s: [f64; 3],
     pub(super) timing: Timing,
 }
 
@@ -112,22 +114,29 @@ impl Case {
         }
     }
 
-    /// One optimizer step; returns its seconds and peak heap bytes.
-    fn step(&mut self, device: &Device) -> Result<(f64, usize)> {
+    /// One optimizer step; returns the seconds of its phases (forward, backward,
+    /// optimizer) and its peak heap bytes.
+    fn step(&mut self, device: &Device) -> Result<([f64; 3], usize)> {
         hla_model::fused::set_enabled(self.fused);
         let trainee = self
             .trainee
             .take()
             .expect("the model is back after every step");
+        let wait = || device.sync().context("waiting for the device");
         let base = alloc::reset_peak();
         let start = Instant::now();
-        let output = TrainStep::step(&trainee, self.batch.clone());
+        let loss = trainee.forward_batch(self.batch.clone()).loss;
+        wait()?;
+        let forward = start.elapsed().as_secs_f64();
+        let grads = GradientsParams::from_grads(loss.backward(), &trainee);
+        wait()?;
+        let backward = start.elapsed().as_secs_f64() - forward;
         let lr = TrainSection::default().lr;
-        let trainee = self.optimizer.step(lr, trainee, output.grads);
-        device.sync().context("waiting for the device")?;
-        let seconds = start.elapsed().as_secs_f64();
+        let trainee = self.optimizer.step(lr, trainee, grads);
+        wait()?;
+        let optimizer = start.elapsed().as_secs_f64() - forward - backward;
         self.trainee = Some(trainee);
-        Ok((seconds, alloc::peak() - base))
+        Ok(([forward, backward, optimizer], alloc::peak() - base))
     }
 }
 
@@ -172,17 +181,17 @@ impl Bench {
                 if case.fused { "fused" } else { "composed" }
             );
             case.step(&autodiff)?;
-            reps.push(repetitions(case.step(&autodiff)?.0));
+            reps.push(repetitions(case.step(&autodiff)?.0.iter().sum()));
         }
         let rounds = reps.iter().copied().max().unwrap_or(0);
-        let mut runs = vec![Vec::new(); cases.len()];
+        let mut runs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); cases.len()];
         let mut peaks = vec![0; cases.len()];
         for round in 0..rounds {
             eprintln!("train steps: round {} of {rounds}", round + 1);
             for (c, case) in cases.iter_mut().enumerate() {
                 if round < reps[c] {
-                    let (seconds, peak) = case.step(&autodiff)?;
-                    runs[c].push(seconds);
+                    let (phases, peak) = case.step(&autodiff)?;
+                    runs[c].push(phases);
                     peaks[c] = peaks[c].max(peak);
                 }
             }
@@ -193,7 +202,10 @@ impl Bench {
             .zip(runs)
             .zip(peaks)
             .map(|((case, runs), peak)| {
-                let timing = Timing::of(runs, self.host_memory.then_some(peak));
+                let phase = |i: usize| Timing::of(runs.iter().map(|p| p[i]).collect(), None);
+                let phases_s = [0, 1, 2].map(|i| phase(i).median_s);
+                let totals = runs.iter().map(|p| p.iter().sum()).collect();
+                let timing = Timing::of(totals, self.host_memory.then_some(peak));
                 let w = case.workload;
                 TrainRow {
                     workload: w.name.into(),
@@ -204,6 +216,7 @@ impl Bench {
                     fused: case.fused,
                     steps_per_s: 1.0 / timing.median_s,
                     tokens_per_s: (w.batch * w.context) as f64 / timing.median_s,
+                    phases_s,
                     timing,
                 }
             })

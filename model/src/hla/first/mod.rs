@@ -2,10 +2,12 @@
 //! the baseline HLA is compared with, in the same three forms and with the same options.
 
 mod chunked;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub(crate) mod fused;
 mod recurrent;
 mod reference;
 
-pub use chunked::chunked;
+pub use chunked::{chunked, chunked_composed};
 pub use recurrent::{recurrent, step};
 pub use reference::reference;
 

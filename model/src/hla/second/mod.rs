@@ -2,10 +2,12 @@
 //! `o_t = Σ_{j≤t} Σ_{i≤j} w(t,i) w(t,j) (q_t·k_i)(q_j·k_i) v_j`, with `w(t,x) = Π_{x<s≤t} g_s`.
 
 mod chunked;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub(crate) mod fused;
 mod recurrent;
 mod reference;
 
-pub use chunked::chunked;
+pub use chunked::{chunked, chunked_composed};
 pub use recurrent::{recurrent, step};
 pub use reference::reference;
 
