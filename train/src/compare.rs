@@ -37,7 +37,7 @@ pub struct Args {
     /// Start over the runs whose config changed since they were trained.
     #[arg(long)]
     force: bool,
-    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    /// Compute device: flex, ndarray or wgpu (if compiled in).
     #[arg(long, default_value = crate::device::default_name())]
     device: String,
 }

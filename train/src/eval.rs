@@ -34,7 +34,7 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    /// Compute device: flex, ndarray or wgpu (if compiled in).
     #[arg(long, default_value = crate::device::default_name())]
     device: String,
 }

@@ -29,7 +29,7 @@ pub struct Args {
     top_k: Option<usize>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    /// Compute device: flex, ndarray or wgpu (if compiled in).
     #[arg(long, default_value = crate::device::default_name())]
     device: String,
 }

@@ -44,7 +44,7 @@ pub struct Args {
     /// Override a config value, e.g. `--set train.lr=3e-4` (repeatable).
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     overrides: Vec<String>,
-    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    /// Compute device: flex, ndarray or wgpu (if compiled in).
     #[arg(long, default_value = crate::device::default_name())]
     device: String,
     /// The run directory (default: runs/<config name>).

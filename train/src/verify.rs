@@ -14,7 +14,7 @@ const TOLERANCE: f64 = 1e-4;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    /// Compute device: flex, ndarray or wgpu (if compiled in).
     #[arg(long, default_value = crate::device::default_name())]
     device: String,
     /// Sequence length.

@@ -241,11 +241,14 @@ fn mistakes_exit_with_clear_messages() {
 
 /// `hla bench --quick --only SECTION --json --out DIR`: the JSON on stdout (checked equal
 /// to `DIR/bench.json`) and `DIR/bench.md`.
-fn quick_bench(section: &str) -> (serde_json::Value, String) {
+fn quick_bench(section: &str, extra: &[&str]) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bench");
     let args = ["bench", "--quick", "--only", section, "--json", "--out"];
-    let stdout = ok(dir.path(), &[&args[..], &[out.to_str().unwrap()]].concat());
+    let stdout = ok(
+        dir.path(),
+        &[&args[..], &[out.to_str().unwrap()], extra].concat(),
+    );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
@@ -258,7 +261,7 @@ fn quick_bench(section: &str) -> (serde_json::Value, String) {
 /// its tables and JSON into `--out`.
 #[test]
 fn bench_reports_json_and_tables() {
-    let (report, tables) = quick_bench("matmul");
+    let (report, tables) = quick_bench("matmul", &[]);
     let matmul = report["matmul"].as_array().expect("matmul rows");
     assert_eq!(matmul.len(), 2, "{report}");
     assert!(matmul.iter().all(|m| m["gflops"].as_f64().unwrap() > 0.0));
@@ -272,7 +275,7 @@ fn bench_reports_json_and_tables() {
 /// decode section is rendered.
 #[test]
 fn bench_decodes_every_position_in_rounds() {
-    let (report, tables) = quick_bench("decode");
+    let (report, tables) = quick_bench("decode", &[]);
     let rows = report["decode"].as_array().expect("decode rows");
     let bytes = |mixer: &str| -> Vec<u64> {
         rows.iter()
@@ -632,4 +635,43 @@ fn every_bad_input_has_one_clear_message() {
         weights,
         "the existing run is untouched"
     );
+}
+
+/// `hla bench --only train`: whole optimizer steps of the mixers and workloads asked for,
+/// with and without the fused kernels in the same rounds; the phases add up to the step.
+#[test]
+fn bench_times_training_steps() {
+    let extra = [
+        "--mixer",
+        "linear,softmax",
+        "--workload",
+        "nanogpt",
+        "--composed",
+    ];
+    let (report, tables) = quick_bench("train", &extra);
+    let rows = report["train"].as_array().expect("train rows");
+    assert_eq!(rows.len(), 4, "two mixers, fused and composed: {report}");
+    for row in rows {
+        assert_eq!(row["workload"], "nanogpt");
+        assert_eq!(
+            (row["batch"].as_u64(), row["context"].as_u64()),
+            (Some(12), Some(64))
+        );
+        let step = row["timing"]["median_s"].as_f64().unwrap();
+        let tokens = row["tokens_per_s"].as_f64().unwrap();
+        assert!((tokens * step - 768.0).abs() < 1e-6, "{row}");
+        let phases: f64 = row["phases_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_f64().unwrap())
+            .sum();
+        assert!(phases > 0.5 * step && phases < 2.0 * step, "{row}");
+    }
+    let fused =
+        |mixer: &str, on: bool| rows.iter().any(|r| r["mixer"] == mixer && r["fused"] == on);
+    assert!(fused("linear", true) && fused("linear", false) && fused("softmax", true));
+    assert!(tables.contains("## Training steps"), "{tables}");
+    assert!(tables.contains("- nanogpt softmax: "), "{tables}");
+    assert!(!tables.contains("## Operators"), "{tables}");
 }

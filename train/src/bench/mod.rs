@@ -29,13 +29,14 @@ use sweep::SweepRow;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Compute device: ndarray, flex or wgpu (if compiled in).
+    /// Compute device: flex, ndarray or wgpu (if compiled in).
     #[arg(long, default_value = crate::device::default_name())]
     device: String,
     /// Print every figure as JSON on stdout instead of the tables.
     #[arg(long)]
     json: bool,
-    /// Operators up to T = 2048 and decoding up to position 4096 (a few minutes).
+    /// Operators up to T = 2048, decoding up to position 4096 and 3 training steps per
+    /// case (a few minutes).
     #[arg(long)]
     quick: bool,
     /// Chunk size of the chunked forms (the sweep measures the others).
@@ -204,7 +205,7 @@ fn measure(args: &Args) -> Result<Report> {
     let longest = *times.last().expect("at least one length");
     let square = if args.quick { 512 } else { 1024 };
     let train = run_if(wanted(Section::Train), || {
-        bench.train_steps(&args.mixer, &args.workload, args.composed)
+        bench.train_steps(&args.mixer, &args.workload, args.composed, args.quick)
     })?;
     let operators = run_if(wanted(Section::Operators), || {
         bench.operators(times, chunk, segment)

@@ -14,7 +14,7 @@ use hla_model::lm::MixerKind;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Timing, repetitions};
+use super::{Bench, Timing};
 use crate::alloc;
 use crate::config::{ModelSection, TrainSection};
 use crate::trainee::{NanGuard, Trainee};
@@ -43,6 +43,15 @@ pub(super) const WORKLOADS: [Workload; 2] = [
 
 /// Tiny-shakespeare's characters.
 const VOCAB: usize = 65;
+
+/// Seconds of timed steps per case: this machine's slow spells last seconds, so a
+/// median needs more than the operators' budget.
+const BUDGET_S: f64 = 5.0;
+
+/// Steps for about [`BUDGET_S`] of steps taking `warm` seconds, 10 to 40.
+fn repetitions(warm: f64) -> usize {
+    ((BUDGET_S / warm.max(1e-6)) as usize).clamp(10, 40)
+}
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct TrainRow {
@@ -142,13 +151,15 @@ impl Case {
 
 impl Bench {
     /// Every workload and mixer (empty lists: all; with `composed`, each also with the
-    /// fused kernels off): one warm-up step each, then rounds of one step per case still
-    /// short of its repetitions, so the machine's slow spells spread over every case.
+    /// fused kernels off): warm-up steps, then rounds of one step per case still short of
+    /// its repetitions (3 when `quick`), so the machine's slow spells spread over every
+    /// case.
     pub(super) fn train_steps(
         &self,
         mixers: &[MixerKind],
         workloads: &[String],
         composed: bool,
+        quick: bool,
     ) -> Result<Vec<TrainRow>> {
         let autodiff = self.device.clone().autodiff();
         let variants: &[bool] = if composed { &[true, false] } else { &[true] };
@@ -181,7 +192,8 @@ impl Bench {
                 if case.fused { "fused" } else { "composed" }
             );
             case.step(&autodiff)?;
-            reps.push(repetitions(case.step(&autodiff)?.0.iter().sum()));
+            let warm = case.step(&autodiff)?.0.iter().sum();
+            reps.push(if quick { 3 } else { repetitions(warm) });
         }
         let rounds = reps.iter().copied().max().unwrap_or(0);
         let mut runs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); cases.len()];
