@@ -11,6 +11,7 @@ use burn::backend::{Autodiff, Backend, backend_extension};
 use super::Host;
 use super::autodiff::record;
 use crate::hla::{first, second};
+use crate::lm::mixer::tokens::{self, Tokens};
 use crate::lm::{attention, conv, linear, mlp, norm};
 
 /// Ops with a fused kernel. Shapes are the callers' (see each op's module); every tensor
@@ -69,6 +70,16 @@ pub(crate) trait FusedOps: Backend {
         z: FloatTensor<Self>,
         chunk: usize,
     ) -> FloatTensor<Self>;
+
+    /// The recurrent mixer from `qkv [batch, time, 3·d]`: the packed output and final
+    /// state ([`tokens`]).
+    fn hla_tokens(
+        qkv: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        s: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        tokens: Tokens,
+    ) -> FloatTensor<Self>;
 }
 
 impl<B: Host> FusedOps for B {
@@ -122,6 +133,16 @@ impl<B: Host> FusedOps for B {
         chunk: usize,
     ) -> FloatTensor<B> {
         second::fused::forward::<B>([q, k, v, log_g, s, z], chunk).0
+    }
+
+    fn hla_tokens(
+        qkv: FloatTensor<B>,
+        log_g: FloatTensor<B>,
+        s: FloatTensor<B>,
+        z: FloatTensor<B>,
+        t: Tokens,
+    ) -> FloatTensor<B> {
+        tokens::kernel_forward::<B>([qkv, log_g, s, z], t).0
     }
 }
 
@@ -203,6 +224,20 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
             [q, k, v, log_g, s, z],
             |inputs| forward::<B>(inputs, chunk),
             move |saved, grad| backward::<B>(saved, grad, chunk),
+        )
+    }
+
+    fn hla_tokens(
+        qkv: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        s: FloatTensor<Self>,
+        z: FloatTensor<Self>,
+        t: Tokens,
+    ) -> FloatTensor<Self> {
+        record::<B, C, 4>(
+            [qkv, log_g, s, z],
+            |inputs| tokens::kernel_forward::<B>(inputs, t),
+            move |saved, grad| tokens::kernel_backward::<B>(saved, grad, t),
         )
     }
 }

@@ -48,6 +48,32 @@ pub(crate) fn unpack(
     (o, states)
 }
 
+/// One sequence and head's inputs: `q`, `k` `[time, d]`, `v` `[time, dv]` row-major and
+/// the log gates `[time]`.
+pub(crate) struct Head<'a> {
+    pub(crate) q: &'a [f32],
+    pub(crate) k: &'a [f32],
+    pub(crate) v: &'a [f32],
+    pub(crate) log_g: &'a [f32],
+}
+
+impl Head<'_> {
+    /// `q`, `k`, `v` of the `c` tokens from `c0`.
+    #[inline(always)]
+    pub(crate) fn chunk(
+        &self,
+        (c0, c): (usize, usize),
+        d: usize,
+        dv: usize,
+    ) -> (&[f32], &[f32], &[f32]) {
+        (
+            &self.q[c0 * d..][..c * d],
+            &self.k[c0 * d..][..c * d],
+            &self.v[c0 * dv..][..c * dv],
+        )
+    }
+}
+
 /// The sizes of a fused call.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sizes {

@@ -33,7 +33,7 @@ mod chunks;
 mod decay;
 pub mod first;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
-mod fused;
+pub(crate) mod fused;
 mod input;
 mod normalize;
 pub mod second;

@@ -9,7 +9,7 @@ pub mod attention;
 mod block;
 pub mod conv;
 pub mod linear;
-mod mixer;
+pub(crate) mod mixer;
 pub mod mlp;
 pub mod norm;
 

@@ -27,7 +27,9 @@ use crate::fused::Host;
 use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::multiversion;
 use crate::hla::HlaInput;
-use crate::hla::fused::{ChunkDecay, Sizes, apply_mask, log_gates, scale, scale_rows, unpack};
+use crate::hla::fused::{
+    ChunkDecay, Head, Sizes, apply_mask, log_gates, scale, scale_rows, unpack,
+};
 
 /// The fused form of [`super::chunked`] (same arguments and results).
 pub(super) fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
@@ -51,25 +53,6 @@ pub(super) fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4
     (o, State { s })
 }
 
-/// One sequence and head's inputs.
-struct Head<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-    log_g: &'a [f32],
-}
-
-impl Head<'_> {
-    /// `q`, `k`, `v` of the `c` tokens from `c0`.
-    fn chunk(&self, (c0, c): (usize, usize), d: usize, dv: usize) -> (&[f32], &[f32], &[f32]) {
-        (
-            &self.q[c0 * d..][..c * d],
-            &self.k[c0 * d..][..c * d],
-            &self.v[c0 * dv..][..c * dv],
-        )
-    }
-}
-
 /// `M = (Q Kᵀ) ⊙ D` of a chunk.
 #[inline(always)]
 fn scores(q: &[f32], k: &[f32], decay: &ChunkDecay, d: usize) -> Vec<f32> {
@@ -89,7 +72,7 @@ fn scores(q: &[f32], k: &[f32], decay: &ChunkDecay, d: usize) -> Vec<f32> {
 multiversion! {
     /// One sequence and head forward: `o`, the final `S` (holding the initial state on
     /// entry) and every chunk's start state into `starts`.
-    fn forward_head(n: &Sizes, x: &Head, s: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
+    pub(crate) fn forward_head(n: &Sizes, x: &Head, s: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
         let (d, dv) = (n.d, n.dv);
         for (span, saved) in n.spans().zip(starts.chunks_exact_mut(d * dv)) {
             saved.copy_from_slice(s);
@@ -114,7 +97,7 @@ multiversion! {
     /// One sequence and head backward, from `∂o` (`g`) and the saved chunk start states;
     /// `ds` holds the final state's gradient on entry and the initial state's on return.
     #[allow(clippy::too_many_arguments)]
-    fn backward_head(
+    pub(crate) fn backward_head(
         n: &Sizes,
         x: &Head,
         starts: &[f32],

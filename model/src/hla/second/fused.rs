@@ -32,7 +32,9 @@ use crate::fused::Host;
 use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::multiversion;
 use crate::hla::HlaInput;
-use crate::hla::fused::{ChunkDecay, Sizes, apply_mask, log_gates, scale, scale_rows, unpack};
+use crate::hla::fused::{
+    ChunkDecay, Head, Sizes, apply_mask, log_gates, scale, scale_rows, unpack,
+};
 
 /// The fused form of [`super::chunked`] (same arguments and results).
 pub(super) fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
@@ -55,14 +57,6 @@ pub(super) fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4
     );
     let [s, z] = <[_; 2]>::try_from(states).unwrap_or_else(|_| unreachable!("S and Z"));
     (o, State { s, z })
-}
-
-/// One sequence and head's inputs.
-struct Head<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-    log_g: &'a [f32],
 }
 
 /// One chunk's products that the backward pass recomputes: `W`, `A`, `P`, `diag(e²) V`
@@ -129,7 +123,7 @@ fn products(
 multiversion! {
     /// One sequence and head forward: `o`, the final `(S, Z)` (holding the initial state on
     /// entry) and every chunk's start state into `starts`.
-    fn forward_head(
+    pub(crate) fn forward_head(
         n: &Sizes,
         x: &Head,
         s: &mut [f32],
@@ -142,7 +136,7 @@ multiversion! {
         for ((c0, c), saved) in n.spans().zip(starts.chunks_exact_mut(start_len)) {
             saved[..d * d].copy_from_slice(s);
             saved[d * d..].copy_from_slice(z);
-            let chunk = (&x.q[c0 * d..][..c * d], &x.k[c0 * d..][..c * d], &x.v[c0 * dv..][..c * dv]);
+            let chunk = x.chunk((c0, c), d, dv);
             let decay = ChunkDecay::new(&x.log_g[c0..c0 + c]);
             let pr = products(chunk, s, &decay, (d, dv));
             let (q, k, v) = chunk;
@@ -161,23 +155,23 @@ multiversion! {
 
 /// One sequence and head's gradients and the gradient of its state (the final state's on
 /// entry, the initial state's on return).
-struct Grads<'a> {
-    q: &'a mut [f32],
-    k: &'a mut [f32],
-    v: &'a mut [f32],
-    s: &'a mut [f32],
-    z: &'a mut [f32],
+pub(crate) struct Grads<'a> {
+    pub(crate) q: &'a mut [f32],
+    pub(crate) k: &'a mut [f32],
+    pub(crate) v: &'a mut [f32],
+    pub(crate) s: &'a mut [f32],
+    pub(crate) z: &'a mut [f32],
 }
 
 multiversion! {
     /// One sequence and head backward, from `∂o` (`g`) and the saved chunk start states.
-    fn backward_head(n: &Sizes, x: &Head, starts: &[f32], g: &[f32], out: &mut Grads) {
+    pub(crate) fn backward_head(n: &Sizes, x: &Head, starts: &[f32], g: &[f32], out: &mut Grads) {
         let (d, dv) = (n.d, n.dv);
         let start_len = d * d + d * dv;
         let spans: Vec<_> = n.spans().zip(starts.chunks_exact(start_len)).collect();
         for ((c0, c), saved) in spans.into_iter().rev() {
             let (s, z) = saved.split_at(d * d);
-            let chunk = (&x.q[c0 * d..][..c * d], &x.k[c0 * d..][..c * d], &x.v[c0 * dv..][..c * dv]);
+            let chunk = x.chunk((c0, c), d, dv);
             let decay = ChunkDecay::new(&x.log_g[c0..c0 + c]);
             let pr = products(chunk, s, &decay, (d, dv));
             let (q, k, v) = chunk;

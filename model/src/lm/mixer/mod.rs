@@ -1,6 +1,11 @@
 //! The token mixer of a block: HLA (second, third order, asymmetric), first-order linear
 //! attention, or softmax attention, behind the same projections, short convolution and
-//! output path, so that only the mixing rule differs between them.
+//! output path, so that only the mixing rule differs between them. On CPU devices the
+//! default recipe of HLA and linear attention runs fused from the projections on
+//! ([`tokens`]).
+
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub(crate) mod tokens;
 
 use burn::module::Initializer;
 use burn::nn::{
@@ -140,6 +145,11 @@ impl Mixer {
                 (qkv, Some(history))
             }
         };
+        #[cfg(any(feature = "ndarray", feature = "flex"))]
+        if let Some(tokens) = self.fused(&qkv, widths, form, memory.as_ref()) {
+            let (o, memory) = self.recur_fused(qkv, memory, tokens);
+            return (self.output(&x, o), MixerState { conv, memory });
+        }
         let (q, k, v) = split3(qkv, widths);
         let (q, k, v) = (self.heads(q), self.heads(k), self.heads(v));
         let (o, memory) = match self.settings.kind {
@@ -151,11 +161,91 @@ impl Mixer {
             None => o,
         };
         let [b, h, t, dh] = o.dims();
-        let mut o = o.swap_dims(1, 2).reshape([b, t, h * dh]);
+        let o = o.swap_dims(1, 2).reshape([b, t, h * dh]);
+        (self.output(&x, o), MixerState { conv, memory })
+    }
+
+    /// The output gate (if any) and projection of the heads' outputs `o [batch, time, d]`.
+    fn output(&self, x: &Tensor<3>, mut o: Tensor<3>) -> Tensor<3> {
         if let Some(gate) = &self.out_gate {
-            o = o * silu(linear(gate, x));
+            o = o * silu(linear(gate, x.clone()));
         }
-        (linear(&self.out, o), MixerState { conv, memory })
+        linear(&self.out, o)
+    }
+
+    /// The fused mixer's settings, if it computes this call: HLA or linear attention in
+    /// one chunk-parallel pass, keys per head, the fixed decay or none, no denominator,
+    /// on a CPU device.
+    #[cfg(any(feature = "ndarray", feature = "flex"))]
+    fn fused(
+        &self,
+        qkv: &Tensor<3>,
+        widths: [usize; 3],
+        form: Form,
+        memory: Option<&Memory>,
+    ) -> Option<tokens::Tokens> {
+        let s = &self.settings;
+        let second = match s.kind {
+            MixerKind::Hla2 => true,
+            MixerKind::Linear => false,
+            _ => return None,
+        };
+        let Form::Chunked(chunk) = form else {
+            return None;
+        };
+        let plain = self.gate.is_none()
+            && s.decay != DecayKind::Gated
+            && s.output == Output::Raw
+            && widths[0] == widths[1]
+            && matches!(memory, None | Some(Memory::Recurrent(_)));
+        (plain && crate::fused::applies(qkv)).then_some(tokens::Tokens {
+            second,
+            heads: s.heads,
+            map: s.feature_map,
+            chunk,
+        })
+    }
+
+    /// [`Self::recur`] by the fused mixer: `qkv [batch, time, 3·d]` → the heads' outputs
+    /// after the output norm, `[batch, time, d]`.
+    #[cfg(any(feature = "ndarray", feature = "flex"))]
+    fn recur_fused(
+        &self,
+        qkv: Tensor<3>,
+        memory: Option<Memory>,
+        tokens: tokens::Tokens,
+    ) -> (Tensor<3>, Memory) {
+        let s = &self.settings;
+        let [b, t, _] = qkv.dims();
+        let (h, dh) = (s.heads, s.d_head);
+        let device = qkv.device();
+        let log_g = match s.decay {
+            DecayKind::Fixed => {
+                fixed_log_gates(&multi_scale_decay(h), t, &device).expect("γ in (0, 1)")
+            }
+            _ => Tensor::zeros([1, 1, t], &device),
+        };
+        let state = match memory {
+            Some(Memory::Recurrent(state)) => state,
+            Some(Memory::Cache { .. }) => unreachable!("a KV cache passed to a recurrent mixer"),
+            None => {
+                let zeros = || Tensor::zeros([b, h, dh, dh], &device);
+                if tokens.second {
+                    HlaState::Second(hla::second::State {
+                        s: zeros(),
+                        z: zeros(),
+                    })
+                } else {
+                    HlaState::First(hla::first::State { s: zeros() })
+                }
+            }
+        };
+        let (o, state) = tokens::forward(qkv, log_g, state, tokens);
+        let o = match &self.out_norm {
+            Some(norm) => rms_norm(norm, o.reshape([b, t, h, dh])).reshape([b, t, h * dh]),
+            None => o,
+        };
+        (o, Memory::Recurrent(state))
     }
 
     /// `[batch, time, heads·d_head]` → `[batch, heads, time, d_head]`.

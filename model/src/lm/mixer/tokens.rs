@@ -1,0 +1,360 @@
+//! The fused recurrent mixer on CPU devices: from the projected (and convolved) `qkv`
+//! `[batch, time, 3·d]` straight to `o [batch, time, d]`. One kernel each way takes every
+//! head's slice of the tokens, applies the feature map to q and k, and runs first- or
+//! second-order HLA in chunks ([`crate::hla::fused`]), so no transposed copy of q, k, v or
+//! o is made between the projections and the mixing.
+
+use burn::backend::TensorMetadata;
+use burn::backend::tensor::FloatTensor;
+use burn::prelude::*;
+use burn::tensor::Shape;
+use rayon::prelude::*;
+
+use crate::fused::Host;
+use crate::fused::simd::{dot, exp};
+use crate::hla::fused::{Head, Sizes};
+use crate::hla::{HlaState, first, second};
+use crate::lm::FeatureMap;
+
+/// What one call computes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tokens {
+    /// Second order; else first (linear attention).
+    pub(crate) second: bool,
+    pub(crate) heads: usize,
+    pub(crate) map: FeatureMap,
+    pub(crate) chunk: usize,
+}
+
+impl Tokens {
+    /// Floats of one head's state: `S` (and `Z` for second order).
+    fn state_len(&self, dh: usize) -> usize {
+        if self.second { 2 * dh * dh } else { dh * dh }
+    }
+}
+
+/// `qkv [batch, time, 3·d]` (q, k, v, each head after head), log gates `[gb, gh, time]`
+/// and the state before the tokens → `o [batch, time, d]` and the state after them.
+pub(super) fn forward(
+    qkv: Tensor<3>,
+    log_g: Tensor<3>,
+    state: HlaState,
+    tokens: Tokens,
+) -> (Tensor<3>, HlaState) {
+    use crate::fused::FusedOps;
+    let [b, t, channels] = qkv.dims();
+    let (d, h) = (channels / 3, tokens.heads);
+    let dh = d / h;
+    let (s0, z0) = match state.clone() {
+        HlaState::First(s) => (s.s, Tensor::zeros([0, 0, 0, 0], &qkv.device())),
+        HlaState::Second(s) => (s.s, s.z),
+        _ => unreachable!("the fused mixer runs first and second order only"),
+    };
+    let packed = <burn::backend::Dispatch as FusedOps>::hla_tokens(
+        qkv.into_dispatch(),
+        log_g.into_dispatch(),
+        s0.into_dispatch(),
+        z0.into_dispatch(),
+        tokens,
+    );
+    let packed = Tensor::<1>::from_dispatch(packed);
+    let o = packed.clone().narrow(0, 0, b * t * d).reshape([b, t, d]);
+    let part = |i: usize| {
+        let len = b * h * dh * dh;
+        packed
+            .clone()
+            .narrow(0, b * t * d + i * len, len)
+            .reshape([b, h, dh, dh])
+    };
+    let state = if tokens.second {
+        HlaState::Second(second::State {
+            s: part(0),
+            z: part(1),
+        })
+    } else {
+        HlaState::First(first::State { s: part(0) })
+    };
+    (o, state)
+}
+
+/// Head `h` of sequence `b`, `[time, dh]`, from token rows of `parts` blocks of `d`
+/// channels (q, k, v: 3; o: 1), in block `part`.
+fn head_rows(
+    x: &[f32],
+    (b, h): (usize, usize),
+    (part, parts): (usize, usize),
+    (time, d, dh): (usize, usize, usize),
+) -> Vec<f32> {
+    let (width, from) = (parts * d, part * d + h * dh);
+    x[b * time * width..][..time * width]
+        .chunks_exact(width)
+        .flat_map(|row| &row[from..from + dh])
+        .copied()
+        .collect()
+}
+
+/// `map(x)` of one row of q (`query`) or k.
+#[inline(always)]
+fn map_row(map: FeatureMap, query: bool, x: &[f32], y: &mut [f32]) {
+    match map {
+        FeatureMap::L2 => {
+            let norm = dot(x, x).sqrt().max(1e-6);
+            y.iter_mut().zip(x).for_each(|(y, x)| *y = x / norm);
+        }
+        FeatureMap::EluPlusOne => y
+            .iter_mut()
+            .zip(x)
+            .for_each(|(y, &x)| *y = if x > 0.0 { x + 1.0 } else { exp(x) }),
+        FeatureMap::Scale if query => {
+            let scale = 1.0 / (x.len() as f32).sqrt();
+            y.iter_mut().zip(x).for_each(|(y, x)| *y = x * scale);
+        }
+        FeatureMap::Scale | FeatureMap::Identity => y.copy_from_slice(x),
+    }
+}
+
+/// The gradient `dx` of a row's input from that of its image `y = map(x)`.
+#[inline(always)]
+fn map_row_backward(
+    map: FeatureMap,
+    query: bool,
+    x: &[f32],
+    y: &[f32],
+    dy: &[f32],
+    dx: &mut [f32],
+) {
+    match map {
+        FeatureMap::L2 => {
+            let norm = dot(x, x).sqrt();
+            if norm > 1e-6 {
+                let along = dot(y, dy);
+                for ((dx, dy), y) in dx.iter_mut().zip(dy).zip(y) {
+                    *dx = (dy - y * along) / norm;
+                }
+            } else {
+                dx.iter_mut().zip(dy).for_each(|(dx, dy)| *dx = dy / 1e-6);
+            }
+        }
+        FeatureMap::EluPlusOne => {
+            for (((dx, dy), &x), y) in dx.iter_mut().zip(dy).zip(x).zip(y) {
+                *dx = if x > 0.0 { *dy } else { dy * y };
+            }
+        }
+        FeatureMap::Scale if query => {
+            let scale = 1.0 / (x.len() as f32).sqrt();
+            dx.iter_mut().zip(dy).for_each(|(dx, dy)| *dx = dy * scale);
+        }
+        FeatureMap::Scale | FeatureMap::Identity => dx.copy_from_slice(dy),
+    }
+}
+
+/// One head's q, k (mapped) and v, each `[time, dh]`; with the raw q and k when `raw`.
+struct Gathered {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    raw: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+fn gather(
+    qkv: &[f32],
+    at: (usize, usize),
+    sizes: (usize, usize, usize),
+    tokens: &Tokens,
+    raw: bool,
+) -> Gathered {
+    let (time, _, dh) = sizes;
+    let rows = |part: usize| head_rows(qkv, at, (part, 3), sizes);
+    let (q_raw, k_raw, v) = (rows(0), rows(1), rows(2));
+    let mapped = |x: &[f32], query: bool| {
+        let mut y = vec![0.0; time * dh];
+        for (y, x) in y.chunks_exact_mut(dh).zip(x.chunks_exact(dh)) {
+            map_row(tokens.map, query, x, y);
+        }
+        y
+    };
+    let (q, k) = (mapped(&q_raw, true), mapped(&k_raw, false));
+    Gathered {
+        q,
+        k,
+        v,
+        raw: raw.then_some((q_raw, k_raw)),
+    }
+}
+
+/// `out [batch, time, parts·d]` from every head's `[time, dh]` rows of each part
+/// (`heads[i][part]`, sequence-major, head after head).
+fn scatter(out: &mut [f32], heads: &[Vec<Vec<f32>>], (time, d, dh): (usize, usize, usize)) {
+    let h = d / dh;
+    let parts = heads.first().map_or(1, Vec::len);
+    out.par_chunks_mut(parts * d)
+        .enumerate()
+        .for_each(|(row, out)| {
+            let (b, t) = (row / time, row % time);
+            for (part, out) in out.chunks_exact_mut(d).enumerate() {
+                for (head, out) in out.chunks_exact_mut(dh).enumerate() {
+                    out.copy_from_slice(&heads[b * h + head][part][t * dh..][..dh]);
+                }
+            }
+        });
+}
+
+/// Per-head results `[a, b, …]` as one list per kind `[a…], [b…], …`.
+fn transpose<const N: usize>(heads: Vec<[Vec<f32>; N]>) -> [Vec<Vec<f32>>; N] {
+    let mut out: [Vec<Vec<f32>>; N] = std::array::from_fn(|_| Vec::with_capacity(heads.len()));
+    for head in heads {
+        for (out, x) in out.iter_mut().zip(head) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// The sizes of a call on `qkv [batch, time, 3·d]`.
+fn sizes(qkv: &Shape, gates: &Shape, tokens: &Tokens) -> (Sizes, usize) {
+    let d = qkv[2] / 3;
+    let dh = d / tokens.heads;
+    let q = [qkv[0], tokens.heads, qkv[1], dh];
+    (Sizes::new(&q, &q, gates, tokens.chunk), d)
+}
+
+/// `[qkv, log g, S₀, Z₀]` → packed `[o [batch, time, d], S, Z]` (Z₀ empty for first
+/// order); saves `qkv`, the gates and every chunk's start state.
+pub(crate) fn kernel_forward<B: Host>(
+    [qkv, log_g, s0, z0]: [FloatTensor<B>; 4],
+    tokens: Tokens,
+) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
+    let (n, d) = sizes(&qkv.shape(), &log_g.shape(), &tokens);
+    let dh = n.d;
+    let (packed, starts) = {
+        let values = [&qkv, &log_g, &s0, &z0].map(|t| B::values(t));
+        let [x, g, s0, z0] = &values;
+        let start_len = n.chunks() * tokens.state_len(dh);
+        let heads: Vec<[Vec<f32>; 4]> = (0..n.sequences())
+            .into_par_iter()
+            .map(|i| {
+                let at = (i / n.heads, i % n.heads);
+                let x = gather(x, at, (n.time, d, dh), &tokens, false);
+                let head = Head {
+                    q: &x.q,
+                    k: &x.k,
+                    v: &x.v,
+                    log_g: n.gates_of(g, i),
+                };
+                let mut o = vec![0.0; n.time * dh];
+                let mut starts = vec![0.0; start_len];
+                let mut s = s0[i * dh * dh..][..dh * dh].to_vec();
+                let mut z = Vec::new();
+                if tokens.second {
+                    z = z0[i * dh * dh..][..dh * dh].to_vec();
+                    second::fused::forward_head(&n, &head, &mut s, &mut z, &mut o, &mut starts);
+                } else {
+                    first::fused::forward_head(&n, &head, &mut s, &mut o, &mut starts);
+                }
+                [o, s, z, starts]
+            })
+            .collect();
+        let [o, s, z, starts] = transpose(heads);
+        let mut packed = vec![0.0; n.batch * n.time * d];
+        scatter(
+            &mut packed,
+            &o.into_iter().map(|o| vec![o]).collect::<Vec<_>>(),
+            (n.time, d, dh),
+        );
+        packed.extend(s.concat());
+        packed.extend(z.concat());
+        (packed, starts.concat())
+    };
+    let (packed_len, starts_len) = (packed.len(), starts.len());
+    let saved = vec![qkv, log_g, B::tensor(starts, Shape::new([starts_len]))];
+    (B::tensor(packed, Shape::new([packed_len])), saved)
+}
+
+/// Saved `[qkv, log g, starts]` and the packed gradient → `[∂qkv, 0, ∂S₀, ∂Z₀]`.
+pub(crate) fn kernel_backward<B: Host>(
+    saved: Vec<FloatTensor<B>>,
+    grad: FloatTensor<B>,
+    tokens: Tokens,
+) -> [FloatTensor<B>; 4] {
+    let [qkv, log_g, starts] =
+        <[_; 3]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved qkv, log g and starts"));
+    let (qkv_shape, g_shape) = (qkv.shape(), log_g.shape());
+    let (n, d) = sizes(&qkv_shape, &g_shape, &tokens);
+    let dh = n.d;
+    let values = [&qkv, &log_g, &starts, &grad].map(|t| B::values(t));
+    let [x, g, sv, grad] = &values;
+    let (g_o, g_states) = grad.split_at(n.batch * n.time * d);
+    let heads_len = n.sequences() * dh * dh;
+    let start_len = n.chunks() * tokens.state_len(dh);
+    let heads: Vec<[Vec<f32>; 5]> = (0..n.sequences())
+        .into_par_iter()
+        .map(|i| {
+            let at = (i / n.heads, i % n.heads);
+            let x = gather(x, at, (n.time, d, dh), &tokens, true);
+            let head = Head {
+                q: &x.q,
+                k: &x.k,
+                v: &x.v,
+                log_g: n.gates_of(g, i),
+            };
+            let g_head = head_rows(g_o, at, (0, 1), (n.time, d, dh));
+            let (mut dq, mut dk, mut dv) = (
+                vec![0.0; n.time * dh],
+                vec![0.0; n.time * dh],
+                vec![0.0; n.time * dh],
+            );
+            let mut ds = g_states[i * dh * dh..][..dh * dh].to_vec();
+            let mut dz = Vec::new();
+            let starts = &sv[i * start_len..][..start_len];
+            if tokens.second {
+                dz = g_states[heads_len + i * dh * dh..][..dh * dh].to_vec();
+                let mut out = second::fused::Grads {
+                    q: &mut dq,
+                    k: &mut dk,
+                    v: &mut dv,
+                    s: &mut ds,
+                    z: &mut dz,
+                };
+                second::fused::backward_head(&n, &head, starts, &g_head, &mut out);
+            } else {
+                first::fused::backward_head(
+                    &n, &head, starts, &g_head, &mut dq, &mut dk, &mut dv, &mut ds,
+                );
+            }
+            let (q_raw, k_raw) = x.raw.expect("gathered with the raw rows");
+            let unmap = |raw: &[f32], y: &[f32], dy: &[f32], query: bool| {
+                let mut dx = vec![0.0; dy.len()];
+                let rows = dx.chunks_exact_mut(dh).zip(raw.chunks_exact(dh));
+                for ((dx, x), (y, dy)) in rows.zip(y.chunks_exact(dh).zip(dy.chunks_exact(dh))) {
+                    map_row_backward(tokens.map, query, x, y, dy, dx);
+                }
+                dx
+            };
+            let dq = unmap(&q_raw, &x.q, &dq, true);
+            let dk = unmap(&k_raw, &x.k, &dk, false);
+            [dq, dk, dv, ds, dz]
+        })
+        .collect();
+    let [dq, dk, dv, ds, dz] = transpose(heads);
+    let grads: Vec<Vec<Vec<f32>>> = dq
+        .into_iter()
+        .zip(dk)
+        .zip(dv)
+        .map(|((q, k), v)| vec![q, k, v])
+        .collect();
+    let mut dqkv = vec![0.0; x.len()];
+    scatter(&mut dqkv, &grads, (n.time, d, dh));
+    let (ds, dz) = (ds.concat(), dz.concat());
+    let state = Shape::new([n.batch, n.heads, dh, dh]);
+    let z_shape = if tokens.second {
+        state.clone()
+    } else {
+        Shape::new([0, 0, 0, 0])
+    };
+    [
+        B::tensor(dqkv, qkv_shape),
+        B::tensor(vec![0.0; g.len()], g_shape),
+        B::tensor(ds, state),
+        B::tensor(dz, z_shape),
+    ]
+}
