@@ -80,6 +80,14 @@ pub(crate) trait FusedOps: Backend {
         z: FloatTensor<Self>,
         tokens: Tokens,
     ) -> FloatTensor<Self>;
+
+    /// The softmax mixer from `qkv [batch, time, 3·d]` and the RoPE table of its positions
+    /// ([`tokens::attention`]).
+    fn attention_tokens(
+        qkv: FloatTensor<Self>,
+        rope: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self>;
 }
 
 impl<B: Host> FusedOps for B {
@@ -142,7 +150,11 @@ impl<B: Host> FusedOps for B {
         z: FloatTensor<B>,
         t: Tokens,
     ) -> FloatTensor<B> {
-        tokens::kernel_forward::<B>([qkv, log_g, s, z], t).0
+        tokens::recurrent::kernel_forward::<B>([qkv, log_g, s, z], t).0
+    }
+
+    fn attention_tokens(qkv: FloatTensor<B>, rope: FloatTensor<B>, heads: usize) -> FloatTensor<B> {
+        tokens::attention::kernel_forward::<B>([qkv, rope], heads).0
     }
 }
 
@@ -234,10 +246,24 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         z: FloatTensor<Self>,
         t: Tokens,
     ) -> FloatTensor<Self> {
+        use tokens::recurrent::{kernel_backward, kernel_forward};
         record::<B, C, 4>(
             [qkv, log_g, s, z],
-            |inputs| tokens::kernel_forward::<B>(inputs, t),
-            move |saved, grad| tokens::kernel_backward::<B>(saved, grad, t),
+            |inputs| kernel_forward::<B>(inputs, t),
+            move |saved, grad| kernel_backward::<B>(saved, grad, t),
+        )
+    }
+
+    fn attention_tokens(
+        qkv: FloatTensor<Self>,
+        rope: FloatTensor<Self>,
+        heads: usize,
+    ) -> FloatTensor<Self> {
+        use tokens::attention::{kernel_backward, kernel_forward};
+        record::<B, C, 2>(
+            [qkv, rope],
+            |inputs| kernel_forward::<B>(inputs, heads),
+            move |saved, grad| kernel_backward::<B>(saved, grad, heads),
         )
     }
 }

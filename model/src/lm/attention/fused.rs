@@ -18,7 +18,7 @@ use crate::fused::simd::{self, dot, exp, multiversion};
 const BLOCK: usize = 128;
 
 /// The sizes of one call.
-struct Sizes {
+pub(crate) struct Sizes {
     /// Sequences × heads.
     heads: usize,
     queries: usize,
@@ -32,13 +32,22 @@ struct Sizes {
 
 impl Sizes {
     fn of(q: &Shape, k: &Shape, v: &Shape, start: usize) -> Self {
-        let d = q[3];
+        Self::new(q[0] * q[1], (q[2], k[2]), (q[3], v[3]), start)
+    }
+
+    /// `heads` sequences and heads of `(queries, keys)` tokens, `(d, dv)` wide.
+    pub(crate) fn new(
+        heads: usize,
+        (queries, keys): (usize, usize),
+        (d, dv): (usize, usize),
+        start: usize,
+    ) -> Self {
         Self {
-            heads: q[0] * q[1],
-            queries: q[2],
-            keys: k[2],
+            heads,
+            queries,
+            keys,
             d,
-            dv: v[3],
+            dv,
             start,
             scale: 1.0 / (d as f32).sqrt(),
         }
@@ -122,7 +131,14 @@ multiversion! {
 }
 
 /// One sequence and head: `o` and `lse` from `q`, `k`, `v`.
-fn forward_head(n: &Sizes, q: &[f32], k: &[f32], v: &[f32], o: &mut [f32], lse: &mut [f32]) {
+pub(crate) fn forward_head(
+    n: &Sizes,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &mut [f32],
+    lse: &mut [f32],
+) {
     let (d, dv) = (n.d, n.dv);
     let mut s = vec![0.0; BLOCK * BLOCK];
     let mut acc = vec![0.0; BLOCK * dv];
@@ -157,17 +173,23 @@ fn forward_head(n: &Sizes, q: &[f32], k: &[f32], v: &[f32], o: &mut [f32], lse: 
 }
 
 /// One sequence and head's saved tensors and output gradient `g`.
-struct Head<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-    o: &'a [f32],
-    lse: &'a [f32],
-    g: &'a [f32],
+pub(crate) struct Head<'a> {
+    pub(crate) q: &'a [f32],
+    pub(crate) k: &'a [f32],
+    pub(crate) v: &'a [f32],
+    pub(crate) o: &'a [f32],
+    pub(crate) lse: &'a [f32],
+    pub(crate) g: &'a [f32],
 }
 
 /// One sequence and head: `∂q`, `∂k`, `∂v`.
-fn backward_head(n: &Sizes, head: Head, dq: &mut [f32], dk: &mut [f32], dv_out: &mut [f32]) {
+pub(crate) fn backward_head(
+    n: &Sizes,
+    head: Head,
+    dq: &mut [f32],
+    dk: &mut [f32],
+    dv_out: &mut [f32],
+) {
     let Head { q, k, v, o, lse, g } = head;
     let (d, dv) = (n.d, n.dv);
     let delta: Vec<f32> = g

@@ -42,6 +42,9 @@ enum Memory {
     Recurrent(HlaState),
     /// Softmax attention: keys (after RoPE) and values so far, `[batch, heads, time, d]`.
     Cache { k: Tensor<4>, v: Tensor<4> },
+    /// Softmax attention after the fused mixer: the projected `qkv [batch, time, 3·d]` of
+    /// the tokens from position 0, made into a [`Memory::Cache`] when a call needs it.
+    Projected(Tensor<3>),
 }
 
 /// Fixed per-layer settings (not parameters).
@@ -150,6 +153,17 @@ impl Mixer {
             let (o, memory) = self.recur_fused(qkv, memory, tokens);
             return (self.output(&x, o), MixerState { conv, memory });
         }
+        #[cfg(any(feature = "ndarray", feature = "flex"))]
+        if self.settings.kind == MixerKind::Softmax
+            && memory.is_none()
+            && crate::fused::applies(&qkv)
+        {
+            let rope = self.rope.as_ref().expect("softmax mixers have RoPE");
+            let table = rope.freq_complex.clone().narrow(0, 0, qkv.dims()[1]);
+            let o = tokens::attention::forward(qkv.clone(), table, self.settings.heads);
+            let memory = Memory::Projected(qkv);
+            return (self.output(&x, o), MixerState { conv, memory });
+        }
         let (q, k, v) = split3(qkv, widths);
         let (q, k, v) = (self.heads(q), self.heads(k), self.heads(v));
         let (o, memory) = match self.settings.kind {
@@ -227,7 +241,9 @@ impl Mixer {
         };
         let state = match memory {
             Some(Memory::Recurrent(state)) => state,
-            Some(Memory::Cache { .. }) => unreachable!("a KV cache passed to a recurrent mixer"),
+            Some(Memory::Cache { .. } | Memory::Projected(_)) => {
+                unreachable!("a KV cache passed to a recurrent mixer")
+            }
             None => {
                 let zeros = || Tensor::zeros([b, h, dh, dh], &device);
                 if tokens.second {
@@ -240,7 +256,7 @@ impl Mixer {
                 }
             }
         };
-        let (o, state) = tokens::forward(qkv, log_g, state, tokens);
+        let (o, state) = tokens::recurrent::forward(qkv, log_g, state, tokens);
         let o = match &self.out_norm {
             Some(norm) => rms_norm(norm, o.reshape([b, t, h, dh])).reshape([b, t, h * dh]),
             None => o,
@@ -288,7 +304,9 @@ impl Mixer {
         let input = HlaInput::new(q, k, v, log_g).expect("the mixer builds consistent shapes");
         let state = memory.map(|m| match m {
             Memory::Recurrent(state) => state,
-            Memory::Cache { .. } => unreachable!("a KV cache passed to a recurrent mixer"),
+            Memory::Cache { .. } | Memory::Projected(_) => {
+                unreachable!("a KV cache passed to a recurrent mixer")
+            }
         });
         let (o, state) = hla::forward(order, form, input, state, s.output);
         (o, Memory::Recurrent(state))
@@ -306,6 +324,11 @@ impl Mixer {
         let (past_k, past_v) = match memory {
             None => (None, None),
             Some(Memory::Cache { k, v }) => (Some(k), Some(v)),
+            Some(Memory::Projected(qkv)) => {
+                let widths = [0, 1, 2].map(|_| qkv.dims()[2] / 3);
+                let (_, k, v) = split3(qkv, widths);
+                (Some(rope.apply(self.heads(k), 0)), Some(self.heads(v)))
+            }
             Some(Memory::Recurrent(_)) => unreachable!("a recurrent state passed to softmax"),
         };
         let start = past_k.as_ref().map_or(0, |k| k.dims()[2]);
@@ -329,7 +352,7 @@ impl Mixer {
                 let (_, state) = self.forward(x, None, Form::Recurrent);
                 match state.memory {
                     Memory::Recurrent(state) => state.num_floats(),
-                    Memory::Cache { .. } => unreachable!(),
+                    Memory::Cache { .. } | Memory::Projected(_) => unreachable!(),
                 }
             }
         };

@@ -1,8 +1,6 @@
-//! The fused recurrent mixer on CPU devices: from the projected (and convolved) `qkv`
-//! `[batch, time, 3·d]` straight to `o [batch, time, d]`. One kernel each way takes every
-//! head's slice of the tokens, applies the feature map to q and k, and runs first- or
-//! second-order HLA in chunks ([`crate::hla::fused`]), so no transposed copy of q, k, v or
-//! o is made between the projections and the mixing.
+//! The fused recurrent mixer: one kernel each way takes every head's slice of the tokens,
+//! applies the feature map to q and k, and runs first- or second-order HLA in chunks
+//! ([`crate::hla::fused`]).
 
 use burn::backend::TensorMetadata;
 use burn::backend::tensor::FloatTensor;
@@ -10,6 +8,7 @@ use burn::prelude::*;
 use burn::tensor::Shape;
 use rayon::prelude::*;
 
+use super::{head_rows, scatter, transpose};
 use crate::fused::Host;
 use crate::fused::simd::{dot, exp};
 use crate::hla::fused::{Head, Sizes};
@@ -35,7 +34,7 @@ impl Tokens {
 
 /// `qkv [batch, time, 3·d]` (q, k, v, each head after head), log gates `[gb, gh, time]`
 /// and the state before the tokens → `o [batch, time, d]` and the state after them.
-pub(super) fn forward(
+pub(crate) fn forward(
     qkv: Tensor<3>,
     log_g: Tensor<3>,
     state: HlaState,
@@ -75,22 +74,6 @@ pub(super) fn forward(
         HlaState::First(first::State { s: part(0) })
     };
     (o, state)
-}
-
-/// Head `h` of sequence `b`, `[time, dh]`, from token rows of `parts` blocks of `d`
-/// channels (q, k, v: 3; o: 1), in block `part`.
-fn head_rows(
-    x: &[f32],
-    (b, h): (usize, usize),
-    (part, parts): (usize, usize),
-    (time, d, dh): (usize, usize, usize),
-) -> Vec<f32> {
-    let (width, from) = (parts * d, part * d + h * dh);
-    x[b * time * width..][..time * width]
-        .chunks_exact(width)
-        .flat_map(|row| &row[from..from + dh])
-        .copied()
-        .collect()
 }
 
 /// `map(x)` of one row of q (`query`) or k.
@@ -180,34 +163,6 @@ fn gather(
         v,
         raw: raw.then_some((q_raw, k_raw)),
     }
-}
-
-/// `out [batch, time, parts·d]` from every head's `[time, dh]` rows of each part
-/// (`heads[i][part]`, sequence-major, head after head).
-fn scatter(out: &mut [f32], heads: &[Vec<Vec<f32>>], (time, d, dh): (usize, usize, usize)) {
-    let h = d / dh;
-    let parts = heads.first().map_or(1, Vec::len);
-    out.par_chunks_mut(parts * d)
-        .enumerate()
-        .for_each(|(row, out)| {
-            let (b, t) = (row / time, row % time);
-            for (part, out) in out.chunks_exact_mut(d).enumerate() {
-                for (head, out) in out.chunks_exact_mut(dh).enumerate() {
-                    out.copy_from_slice(&heads[b * h + head][part][t * dh..][..dh]);
-                }
-            }
-        });
-}
-
-/// Per-head results `[a, b, …]` as one list per kind `[a…], [b…], …`.
-fn transpose<const N: usize>(heads: Vec<[Vec<f32>; N]>) -> [Vec<Vec<f32>>; N] {
-    let mut out: [Vec<Vec<f32>>; N] = std::array::from_fn(|_| Vec::with_capacity(heads.len()));
-    for head in heads {
-        for (out, x) in out.iter_mut().zip(head) {
-            out.push(x);
-        }
-    }
-    out
 }
 
 /// The sizes of a call on `qkv [batch, time, 3·d]`.

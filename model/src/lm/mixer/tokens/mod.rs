@@ -1,0 +1,56 @@
+//! The fused mixers on CPU devices: from the projected (and convolved) `qkv`
+//! `[batch, time, 3·d]` (q, k, v, each head after head) straight to the heads' outputs
+//! `o [batch, time, d]`, so that no transposed copy of q, k, v or o is made between the
+//! projections and the mixing: HLA and linear attention ([`recurrent`]), softmax attention
+//! with RoPE ([`attention`]).
+
+pub(crate) mod attention;
+pub(crate) mod recurrent;
+
+use rayon::prelude::*;
+
+pub(crate) use recurrent::Tokens;
+
+/// Head `h` of sequence `b`, `[time, dh]`, from token rows of `parts` blocks of `d`
+/// channels (q, k, v: 3; o: 1), in block `part`.
+fn head_rows(
+    x: &[f32],
+    (b, h): (usize, usize),
+    (part, parts): (usize, usize),
+    (time, d, dh): (usize, usize, usize),
+) -> Vec<f32> {
+    let (width, from) = (parts * d, part * d + h * dh);
+    x[b * time * width..][..time * width]
+        .chunks_exact(width)
+        .flat_map(|row| &row[from..from + dh])
+        .copied()
+        .collect()
+}
+
+/// `out [batch, time, parts·d]` from every head's `[time, dh]` rows of each part
+/// (`heads[i][part]`, sequence-major, head after head).
+fn scatter(out: &mut [f32], heads: &[Vec<Vec<f32>>], (time, d, dh): (usize, usize, usize)) {
+    let h = d / dh;
+    let parts = heads.first().map_or(1, Vec::len);
+    out.par_chunks_mut(parts * d)
+        .enumerate()
+        .for_each(|(row, out)| {
+            let (b, t) = (row / time, row % time);
+            for (part, out) in out.chunks_exact_mut(d).enumerate() {
+                for (head, out) in out.chunks_exact_mut(dh).enumerate() {
+                    out.copy_from_slice(&heads[b * h + head][part][t * dh..][..dh]);
+                }
+            }
+        });
+}
+
+/// Per-head results `[a, b, …]` as one list per kind `[a…], [b…], …`.
+fn transpose<const N: usize>(heads: Vec<[Vec<f32>; N]>) -> [Vec<Vec<f32>>; N] {
+    let mut out: [Vec<Vec<f32>>; N] = std::array::from_fn(|_| Vec::with_capacity(heads.len()));
+    for head in heads {
+        for (out, x) in out.iter_mut().zip(head) {
+            out.push(x);
+        }
+    }
+    out
+}
