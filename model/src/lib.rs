@@ -6,3 +6,4 @@ pub mod compare;
 pub mod fused;
 pub mod hla;
 pub mod lm;
+pub mod optim;

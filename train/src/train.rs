@@ -6,14 +6,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use burn::grad_clipping::GradientClippingConfig;
 use burn::lr_scheduler::LrSchedulerConfig;
 use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
 use burn::lr_scheduler::linear::LinearLrSchedulerConfig;
 use burn::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
 use burn::lr_scheduler::sequential::SequentialLrSchedulerConfig;
 use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
-use burn::optim::AdamWConfig;
+use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use burn::train::checkpoint::{
     ComposedCheckpointingStrategy, KeepLastNCheckpoints, MetricCheckpointingStrategy,
@@ -26,6 +25,7 @@ use burn::train::{
     Interrupter, Learner, MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining,
 };
 use hla_model::lm::MixerKind;
+use hla_model::optim::AdamW;
 
 use crate::checkpoint::AtomicCheckpointer;
 use crate::config::{RunConfig, TrainSection};
@@ -299,22 +299,23 @@ fn random_batch_estimate(
 }
 
 /// AdamW with weight decay on matrices only (norm gains and other vectors are not decayed,
-/// as nanoGPT).
-pub fn optimizer(t: &TrainSection, model: &impl Module) -> burn::optim::ModuleOptimizer {
-    let clip = (t.grad_clip > 0.0).then_some(GradientClippingConfig::Norm(t.grad_clip as f32));
-    let adamw = |weight_decay: f64| {
-        AdamWConfig::new()
-            .with_beta_1(t.beta1 as f32)
-            .with_beta_2(t.beta2 as f32)
-            .with_weight_decay(weight_decay as f32)
-            .with_grad_clipping(clip.clone())
+/// as nanoGPT), each parameter's gradient clipped to the `grad_clip` norm first: Burn's
+/// AdamW and clipping, fused into one kernel per parameter on CPU devices
+/// (`hla_model::optim`).
+pub fn optimizer(t: &TrainSection, model: &impl Module) -> ModuleOptimizer {
+    let adamw = |weight_decay: f64| AdamW {
+        beta_1: t.beta1 as f32,
+        beta_2: t.beta2 as f32,
+        epsilon: AdamW::EPSILON,
+        weight_decay: weight_decay as f32,
+        clip_norm: (t.grad_clip > 0.0).then_some(t.grad_clip as f32),
     };
     let mut vectors = Vectors(Vec::new());
     model.visit(&mut vectors);
-    adamw(t.weight_decay).init().with_group(
+    ModuleOptimizer::from(adamw(t.weight_decay)).with_group(
         ParamGroup::from_ids(vectors.0),
-        adamw(0.0).build(),
-        clip.as_ref().map(GradientClippingConfig::init),
+        adamw(0.0),
+        None,
     )
 }
 

@@ -16,6 +16,10 @@ pub(crate) trait Host: Backend {
     /// If the tensor is not f32 (the router sends only f32 tensors here).
     fn values(tensor: &FloatTensor<Self>) -> Cow<'_, [f32]>;
 
+    /// The values in row-major order, owned: the tensor's own buffer when nothing else
+    /// shares it (as [`Host::values`] for the panics).
+    fn into_values(tensor: FloatTensor<Self>) -> Vec<f32>;
+
     /// A tensor holding `values` (row-major) in `shape`, without a copy.
     fn tensor(values: Vec<f32>, shape: Shape) -> FloatTensor<Self>;
 }
@@ -37,6 +41,22 @@ mod ndarray {
             match view.to_slice() {
                 Some(values) => Cow::Borrowed(values),
                 None => Cow::Owned(view.iter().copied().collect()),
+            }
+        }
+
+        fn into_values(tensor: NdArrayTensor) -> Vec<f32> {
+            let NdArrayTensor::F32(storage) = tensor else {
+                panic!("fused ops take f32 tensors, got {:?}", tensor.dtype());
+            };
+            let array = storage.into_owned().into_owned();
+            if array.is_standard_layout() {
+                let (values, offset) = array.into_raw_vec_and_offset();
+                match offset {
+                    Some(0) | None => values,
+                    Some(offset) => values[offset..].to_vec(),
+                }
+            } else {
+                array.iter().copied().collect()
             }
         }
 
@@ -64,6 +84,14 @@ mod flex {
                     Cow::Owned(values.to_vec())
                 }
             }
+        }
+
+        fn into_values(tensor: FlexTensor) -> Vec<f32> {
+            let dtype = tensor.dtype();
+            tensor
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap_or_else(|_| panic!("fused ops take f32 tensors, got {dtype:?}"))
         }
 
         fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {

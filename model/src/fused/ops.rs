@@ -13,6 +13,7 @@ use super::autodiff::record;
 use crate::hla::{first, second};
 use crate::lm::mixer::tokens::{self, Tokens};
 use crate::lm::{attention, conv, linear, mlp, norm};
+use crate::optim::fused::{self as adamw, Step};
 
 /// Ops with a fused kernel. Shapes are the callers' (see each op's module); every tensor
 /// is f32 and contiguous or made so.
@@ -88,6 +89,16 @@ pub(crate) trait FusedOps: Backend {
         rope: FloatTensor<Self>,
         heads: usize,
     ) -> FloatTensor<Self>;
+
+    /// One AdamW step of a parameter `p` with gradient `g` and moments `m`, `v`: the new
+    /// `(p, m, v)` ([`crate::optim::AdamW`]; no gradient flows through it).
+    fn adamw(
+        p: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        step: Step,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 impl<B: Host> FusedOps for B {
@@ -155,6 +166,16 @@ impl<B: Host> FusedOps for B {
 
     fn attention_tokens(qkv: FloatTensor<B>, rope: FloatTensor<B>, heads: usize) -> FloatTensor<B> {
         tokens::attention::kernel_forward::<B>([qkv, rope], heads).0
+    }
+
+    fn adamw(
+        p: FloatTensor<B>,
+        g: FloatTensor<B>,
+        m: FloatTensor<B>,
+        v: FloatTensor<B>,
+        step: Step,
+    ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+        adamw::step::<B>([p, g, m, v], step)
     }
 }
 
@@ -265,5 +286,19 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
             |inputs| kernel_forward::<B>(inputs, heads),
             move |saved, grad| kernel_backward::<B>(saved, grad, heads),
         )
+    }
+
+    fn adamw(
+        p: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        step: Step,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        // Optimizers step the inner tensors; autodiff ones take the same kernel, untracked.
+        let inner = [p, g, m, v].map(|t| t.into_primitive());
+        let (p, m, v) = adamw::step::<B>(inner, step);
+        let wrap = <FloatTensor<Self>>::new;
+        (wrap(p), wrap(m), wrap(v))
     }
 }
