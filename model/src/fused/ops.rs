@@ -29,8 +29,13 @@ pub(crate) trait FusedOps: Backend {
     /// RMSNorm over the last dimension with gain `gamma`, [`norm::rms_norm`].
     fn rms_norm(x: FloatTensor<Self>, gamma: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self>;
 
-    /// The short causal convolution and its SiLU, [`conv::ShortConv`].
-    fn short_conv(window: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// The short causal convolution and its SiLU over `history` (empty: zeros) then `x`,
+    /// [`conv::convolve`].
+    fn short_conv(
+        x: FloatTensor<Self>,
+        history: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
 
     /// `x W` for `x [rows, d_in]`, or `x Wᵀ` when `transposed`, [`linear::project`].
     fn project(
@@ -110,8 +115,12 @@ impl<B: Host> FusedOps for B {
         norm::fused::forward::<B>([x, gamma], epsilon).0
     }
 
-    fn short_conv(window: FloatTensor<B>, weight: FloatTensor<B>) -> FloatTensor<B> {
-        conv::fused::forward::<B>([window, weight]).0
+    fn short_conv(
+        x: FloatTensor<B>,
+        history: FloatTensor<B>,
+        weight: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        conv::fused::forward::<B>([x, history, weight]).0
     }
 
     fn project(x: FloatTensor<B>, weight: FloatTensor<B>, transposed: bool) -> FloatTensor<B> {
@@ -192,9 +201,13 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         )
     }
 
-    fn short_conv(window: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
-        record::<B, C, 2>(
-            [window, weight],
+    fn short_conv(
+        x: FloatTensor<Self>,
+        history: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        record::<B, C, 3>(
+            [x, history, weight],
             conv::fused::forward::<B>,
             conv::fused::backward::<B>,
         )

@@ -113,22 +113,32 @@ fn rms_norm_equals_burns() {
 
 #[test]
 fn short_conv_equals_its_composed_form() {
-    // One output token (a decoding step), a ragged length, and sequences longer than a piece.
+    // One output token (a decoding step), a ragged length, and sequences longer than a
+    // piece; from zeros and from a given history.
     for (batch, time, channels) in [(2, 1, 5), (3, 9, 21), (2, 700, 67)] {
         for device in devices() {
-            let window = random([batch, time + 3, channels], 1.0, &device);
-            let weight = random([4, channels], 0.5, &device);
-            let r = random([batch, time, channels], 1.0, &device).detach();
-            let fused = convolve(window.clone(), weight.clone());
-            let composed = convolve_composed(window.clone(), weight.clone());
-            assert_close("y", fused.clone(), composed.clone());
-            let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
-            assert_close(
-                "∂window",
-                window.grad(&gf).unwrap(),
-                window.grad(&gc).unwrap(),
-            );
-            assert_close("∂W", weight.grad(&gf).unwrap(), weight.grad(&gc).unwrap());
+            for given in [false, true] {
+                let x = random([batch, time, channels], 1.0, &device);
+                let history = random([batch, 3, channels], 1.0, &device);
+                let weight = random([4, channels], 0.5, &device);
+                let r = random([batch, time, channels], 1.0, &device).detach();
+                let before = given.then(|| history.clone());
+                let fused = convolve(x.clone(), before, weight.clone());
+                let zeros = Tensor::zeros([batch, 3, channels], &device);
+                let window = Tensor::cat(
+                    vec![if given { history.clone() } else { zeros }, x.clone()],
+                    1,
+                );
+                let composed = convolve_composed(window, weight.clone());
+                assert_close("y", fused.clone(), composed.clone());
+                let (gf, gc) = (loss(fused, &r).backward(), loss(composed, &r).backward());
+                assert_close("∂x", x.grad(&gf).unwrap(), x.grad(&gc).unwrap());
+                assert_close("∂W", weight.grad(&gf).unwrap(), weight.grad(&gc).unwrap());
+                if given {
+                    let (hf, hc) = (history.grad(&gf).unwrap(), history.grad(&gc).unwrap());
+                    assert_close("∂history", hf, hc);
+                }
+            }
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The fused short convolution and its SiLU. With the window `w` (the history, then the
 //! input) and `p_t = Σ_j W_j ⊙ w_{t+j}`: `y_t = silu(p_t)`; backward, with
 //! `q_t = g_t ⊙ silu'(p_t)`, `∂w_τ = Σ_j W_j ⊙ q_{τ−j}` and `∂W_j = Σ_t w_{t+j} ⊙ q_t`.
+//! The window is never built: its rows are read from the history and the input where
+//! they are, and an empty history stands for zeros.
 
 use burn::backend::TensorMetadata;
 use burn::backend::tensor::FloatTensor;
@@ -10,56 +12,75 @@ use rayon::prelude::*;
 use crate::fused::Host;
 use crate::fused::simd::{self, multiversion, sigmoid};
 
-/// The sizes of one call: sequences, window length, output length, channels, kernel.
+/// The sizes of one call.
 struct Sizes {
     batch: usize,
-    window: usize,
     time: usize,
     channels: usize,
     kernel: usize,
+    /// Rows of history per sequence: `kernel − 1`, or 0 for zeros.
+    history: usize,
 }
 
 impl Sizes {
-    fn of(window: &Shape, weight: &Shape) -> Self {
-        let kernel = weight[0];
+    fn of(x: &Shape, history: &Shape, weight: &Shape) -> Self {
         Self {
-            batch: window[0],
-            window: window[1],
-            time: window[1] + 1 - kernel,
-            channels: window[2],
-            kernel,
+            batch: x[0],
+            time: x[1],
+            channels: x[2],
+            kernel: weight[0],
+            history: history[1],
         }
     }
 
-    /// Offset in the window of the first input row of output row `row` (sequence-major).
-    fn first_input(&self, row: usize) -> usize {
-        let (sequence, t) = (row / self.time, row % self.time);
-        (sequence * self.window + t) * self.channels
+    /// Window rows per sequence.
+    fn window(&self) -> usize {
+        self.time + self.kernel - 1
     }
 }
 
-/// `p_t` into `out` from the kernel's `kernel` window rows `window` (contiguous).
-#[inline(always)]
-fn pre_activation(window: &[f32], weight: &[f32], out: &mut [f32]) {
-    let c = out.len();
-    out.copy_from_slice(&window[..c]);
-    for (o, w) in out.iter_mut().zip(&weight[..c]) {
-        *o *= w;
+/// The window rows of one sequence: the history (or zeros), then the input.
+struct Window<'a> {
+    x: &'a [f32],
+    history: &'a [f32],
+    zeros: &'a [f32],
+    n: &'a Sizes,
+}
+
+impl<'a> Window<'a> {
+    /// Window row `tau` of `sequence`.
+    #[inline(always)]
+    fn row(&self, sequence: usize, tau: usize) -> &'a [f32] {
+        let (n, c) = (self.n, self.n.channels);
+        let lead = n.kernel - 1;
+        if tau >= lead {
+            &self.x[(sequence * n.time + tau - lead) * c..][..c]
+        } else if n.history > 0 {
+            &self.history[(sequence * lead + tau) * c..][..c]
+        } else {
+            self.zeros
+        }
     }
-    for (rows, w) in window.chunks_exact(c).zip(weight.chunks_exact(c)).skip(1) {
-        for ((o, x), w) in out.iter_mut().zip(rows).zip(w) {
-            *o += x * w;
+}
+
+/// `p_t` into `out` for output row `t` of `sequence`.
+#[inline(always)]
+fn pre_activation(out: &mut [f32], w: &Window, weight: &[f32], sequence: usize, t: usize) {
+    out.fill(0.0);
+    for (j, wj) in weight.chunks_exact(out.len()).enumerate() {
+        for ((o, x), wj) in out.iter_mut().zip(w.row(sequence, t + j)).zip(wj) {
+            *o += x * wj;
         }
     }
 }
 
 multiversion! {
     /// `y` for the output rows from `first` on (sequence-major).
-    fn convolve_rows(y: &mut [f32], x: &[f32], w: &[f32], n: &Sizes, first: usize) {
-        let c = n.channels;
-        for (i, y) in y.chunks_exact_mut(c).enumerate() {
-            let from = n.first_input(first + i);
-            pre_activation(&x[from..from + n.kernel * c], w, y);
+    fn convolve_rows(y: &mut [f32], w: &Window, weight: &[f32], first: usize) {
+        let n = w.n;
+        for (i, y) in y.chunks_exact_mut(n.channels).enumerate() {
+            let row = first + i;
+            pre_activation(y, w, weight, row / n.time, row % n.time);
             for v in y.iter_mut() {
                 *v *= sigmoid(*v);
             }
@@ -70,26 +91,17 @@ multiversion! {
 multiversion! {
     /// `q = g ⊙ silu'(p)` for the output rows from `first` on, and their share of `∂W`
     /// added to `dw`.
-    fn scale_rows(
-        q: &mut [f32],
-        dw: &mut [f32],
-        g: &[f32],
-        x: &[f32],
-        w: &[f32],
-        n: &Sizes,
-        first: usize,
-    ) {
-        let c = n.channels;
+    fn scale_rows(q: &mut [f32], dw: &mut [f32], g: &[f32], w: &Window, weight: &[f32], first: usize) {
+        let (n, c) = (w.n, w.n.channels);
         for (i, (q, g)) in q.chunks_exact_mut(c).zip(g.chunks_exact(c)).enumerate() {
-            let from = n.first_input(first + i);
-            let inputs = &x[from..from + n.kernel * c];
-            pre_activation(inputs, w, q);
+            let (sequence, t) = ((first + i) / n.time, (first + i) % n.time);
+            pre_activation(q, w, weight, sequence, t);
             for (q, g) in q.iter_mut().zip(g) {
                 let s = sigmoid(*q);
                 *q = g * s * (1.0 + *q * (1.0 - s));
             }
-            for (dw, inputs) in dw.chunks_exact_mut(c).zip(inputs.chunks_exact(c)) {
-                for ((dw, x), q) in dw.iter_mut().zip(inputs).zip(q.iter()) {
+            for (j, dw) in dw.chunks_exact_mut(c).enumerate() {
+                for ((dw, x), q) in dw.iter_mut().zip(w.row(sequence, t + j)).zip(q.iter()) {
                     *dw += x * q;
                 }
             }
@@ -98,17 +110,17 @@ multiversion! {
 }
 
 multiversion! {
-    /// `∂window_τ = Σ_j W_j ⊙ q_{τ−j}` for the window rows from `first` on, over the
-    /// outputs `τ − j` that exist.
-    fn window_grad_rows(dx: &mut [f32], q: &[f32], w: &[f32], n: &Sizes, first: usize) {
+    /// `∂window_τ = Σ_j W_j ⊙ q_{τ−j}` for the window rows from `first` on (sequence-major),
+    /// over the outputs `τ − j` that exist.
+    fn window_grad_rows(dx: &mut [f32], q: &[f32], weight: &[f32], n: &Sizes, first: usize) {
         let c = n.channels;
         for (i, dx) in dx.chunks_exact_mut(c).enumerate() {
             let row = first + i;
-            let (sequence, tau) = (row / n.window, row % n.window);
+            let (sequence, tau) = (row / n.window(), row % n.window());
             let earliest = (tau + 1).saturating_sub(n.kernel);
             for t in earliest..tau.min(n.time - 1) + 1 {
                 let q = &q[(sequence * n.time + t) * c..][..c];
-                let w = &w[(tau - t) * c..][..c];
+                let w = &weight[(tau - t) * c..][..c];
                 for ((dx, q), w) in dx.iter_mut().zip(q).zip(w) {
                     *dx += q * w;
                 }
@@ -117,36 +129,55 @@ multiversion! {
     }
 }
 
-/// `[window [batch, kernel − 1 + time, channels], W [kernel, channels]]` → `y [batch, time,
-/// channels]`; saves both inputs.
+/// `[x [batch, time, channels], history [batch, kernel − 1 or 0, channels], W [kernel,
+/// channels]]` → `y [batch, time, channels]`; saves the inputs.
 pub(crate) fn forward<B: Host>(
-    [window, weight]: [FloatTensor<B>; 2],
+    [x, history, weight]: [FloatTensor<B>; 3],
 ) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
-    let n = Sizes::of(&window.shape(), &weight.shape());
+    let n = Sizes::of(&x.shape(), &history.shape(), &weight.shape());
     let y = {
-        let (x, w) = (B::values(&window), B::values(&weight));
+        let (xv, hv, w) = (B::values(&x), B::values(&history), B::values(&weight));
+        let zeros = vec![0.0; n.channels];
+        let window = Window {
+            x: &xv,
+            history: &hv,
+            zeros: &zeros,
+            n: &n,
+        };
         let c = n.channels;
         let mut y = vec![0.0; n.batch * n.time * c];
         let rows = simd::rows_per_piece(c * n.kernel);
         simd::run(y.par_chunks_mut(rows * c).enumerate(), |(piece, y)| {
-            convolve_rows(y, &x, &w, &n, piece * rows)
+            convolve_rows(y, &window, &w, piece * rows)
         });
         y
     };
     let shape = Shape::new([n.batch, n.time, n.channels]);
-    (B::tensor(y, shape), vec![window, weight])
+    (B::tensor(y, shape), vec![x, history, weight])
 }
 
-/// Saved `[window, W]` and `∂y` → `[∂window, ∂W]`.
+/// Saved `[x, history, W]` and `∂y` → `[∂x, ∂history, ∂W]`.
 pub(crate) fn backward<B: Host>(
     saved: Vec<FloatTensor<B>>,
     grad: FloatTensor<B>,
-) -> [FloatTensor<B>; 2] {
-    let [window, weight] =
-        <[_; 2]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved window and W"));
-    let (window_shape, weight_shape) = (window.shape(), weight.shape());
-    let n = Sizes::of(&window_shape, &weight_shape);
-    let (x, w, g) = (B::values(&window), B::values(&weight), B::values(&grad));
+) -> [FloatTensor<B>; 3] {
+    let [x, history, weight] =
+        <[_; 3]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved x, history and W"));
+    let (x_shape, history_shape, weight_shape) = (x.shape(), history.shape(), weight.shape());
+    let n = Sizes::of(&x_shape, &history_shape, &weight_shape);
+    let (xv, hv, w, g) = (
+        B::values(&x),
+        B::values(&history),
+        B::values(&weight),
+        B::values(&grad),
+    );
+    let zeros = vec![0.0; n.channels];
+    let window = Window {
+        x: &xv,
+        history: &hv,
+        zeros: &zeros,
+        n: &n,
+    };
     let c = n.channels;
     // q = g ⊙ silu'(p), and each piece's share of ∂W.
     let mut q = vec![0.0; n.batch * n.time * c];
@@ -157,7 +188,7 @@ pub(crate) fn backward<B: Host>(
         .enumerate()
         .map(|(piece, (q, g))| {
             let mut dw = vec![0.0; n.kernel * c];
-            scale_rows(q, &mut dw, g, &x, &w, &n, piece * rows);
+            scale_rows(q, &mut dw, g, &window, &w, piece * rows);
             dw
         })
         .collect();
@@ -167,10 +198,24 @@ pub(crate) fn backward<B: Host>(
             *total += p;
         }
     }
-    let mut dx = vec![0.0; n.batch * n.window * c];
-    let rows = simd::rows_per_piece(c * n.kernel);
-    simd::run(dx.par_chunks_mut(rows * c).enumerate(), |(piece, dx)| {
-        window_grad_rows(dx, &q, &w, &n, piece * rows)
-    });
-    [B::tensor(dx, window_shape), B::tensor(dw, weight_shape)]
+    let mut d_window = vec![0.0; n.batch * n.window() * c];
+    simd::run(
+        d_window.par_chunks_mut(rows * c).enumerate(),
+        |(piece, dx)| window_grad_rows(dx, &q, &w, &n, piece * rows),
+    );
+    // The window's gradient split back into the history's and the input's.
+    let lead = n.kernel - 1;
+    let (mut dx, mut dh) = (Vec::with_capacity(xv.len()), Vec::with_capacity(hv.len()));
+    for sequence in d_window.chunks_exact(n.window() * c) {
+        let (before, input) = sequence.split_at(lead * c);
+        if n.history > 0 {
+            dh.extend_from_slice(before);
+        }
+        dx.extend_from_slice(input);
+    }
+    [
+        B::tensor(dx, x_shape),
+        B::tensor(dh, history_shape),
+        B::tensor(dw, weight_shape),
+    ]
 }

@@ -43,13 +43,16 @@ impl ShortConv {
     /// after `x`, so that a sequence can be fed in pieces.
     pub fn forward(&self, x: Tensor<3>, history: Option<Tensor<3>>) -> (Tensor<3>, Tensor<3>) {
         let [batch, time, channels] = x.dims();
-        let kernel = self.weight.dims()[0];
-        let history =
-            history.unwrap_or_else(|| Tensor::zeros([batch, kernel - 1, channels], &x.device()));
-        let window = Tensor::cat(vec![history, x], 1);
-        let y = convolve(window.clone(), self.weight.val());
-        let history = window.slice(s![.., time.., ..]);
-        (y, history)
+        let lead = self.weight.dims()[0] - 1;
+        let next = if time >= lead && lead > 0 {
+            x.clone().narrow(1, time - lead, lead)
+        } else {
+            let before = history
+                .clone()
+                .unwrap_or_else(|| Tensor::zeros([batch, lead, channels], &x.device()));
+            Tensor::cat(vec![before, x.clone()], 1).narrow(1, time, lead)
+        };
+        (convolve(x, history, self.weight.val()), next)
     }
 
     /// Floats of history per sequence.
@@ -59,22 +62,29 @@ impl ShortConv {
     }
 }
 
-/// `silu(Σ_j W_j ⊙ window_{t+j})` for `window [batch, kernel − 1 + time, channels]` and
-/// `W [kernel, channels]` → `[batch, time, channels]`.
-pub fn convolve(window: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
+/// `silu(Σ_j W_j ⊙ window_{t+j})` over the window of `history [batch, kernel − 1, channels]`
+/// (zeros when `None`) then `x [batch, time, channels]`, with `W [kernel, channels]` →
+/// `[batch, time, channels]`.
+pub fn convolve(x: Tensor<3>, history: Option<Tensor<3>>, weight: Tensor<2>) -> Tensor<3> {
+    let [batch, _, channels] = x.dims();
     #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&window) {
+    if crate::fused::applies(&x) {
         use crate::fused::FusedOps;
+        let history = history.unwrap_or_else(|| Tensor::zeros([batch, 0, channels], &x.device()));
         let y = <burn::backend::Dispatch as FusedOps>::short_conv(
-            window.into_dispatch(),
+            x.into_dispatch(),
+            history.into_dispatch(),
             weight.into_dispatch(),
         );
         return Tensor::from_dispatch(y);
     }
-    convolve_composed(window, weight)
+    let lead = weight.dims()[0] - 1;
+    let history = history.unwrap_or_else(|| Tensor::zeros([batch, lead, channels], &x.device()));
+    convolve_composed(Tensor::cat(vec![history, x], 1), weight)
 }
 
-/// The composed form of [`convolve`], its test oracle.
+/// The composed form of [`convolve`] on the window `[batch, kernel − 1 + time, channels]`,
+/// its test oracle.
 pub fn convolve_composed(window: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
     let kernel = weight.dims()[0];
     let time = window.dims()[1] + 1 - kernel;
