@@ -1,0 +1,285 @@
+//! `hla train`: burn-train's `SupervisedTraining` and `Learner` over a config's model and
+//! data, with checkpoints, resume, and a final validation by the recurrence.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::prelude::*;
+use burn::train::checkpoint::{
+    ComposedCheckpointingStrategy, KeepLastNCheckpoints, MetricCheckpointingStrategy,
+};
+use burn::train::metric::store::{Aggregate, Direction, Split};
+use burn::train::metric::{
+    AccuracyMetric, IterationSpeedMetric, LearningRateMetric, LossMetric, PerplexityMetric,
+};
+use burn::train::{
+    Interrupter, Learner, MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining,
+};
+use hla_model::lm::Lm;
+
+use crate::checkpoint::AtomicCheckpointer;
+use crate::config::RunConfig;
+use crate::data::Data;
+use crate::renderer::QuietRenderer;
+use crate::run_dir::{RunDir, write_atomic};
+use crate::trainee::{NanGuard, Trainee};
+
+mod finish;
+mod optim;
+
+pub use optim::optimizer;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The run's config file (with --resume, the run's own config is used, with --set
+    /// overrides applied).
+    #[arg(long, required_unless_present = "resume")]
+    config: Option<PathBuf>,
+    /// Override a config value, e.g. `--set train.lr=3e-4` (repeatable).
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Compute device: flex, ndarray or wgpu (if compiled in).
+    #[arg(long, default_value = crate::device::default_name())]
+    device: String,
+    /// The run directory (default: runs/<config name>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Start over in an existing run directory.
+    #[arg(long, conflicts_with = "resume")]
+    force: bool,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let device = crate::device::parse(&args.device)?;
+    let out = match (&args.out, &args.config) {
+        (Some(out), _) => out.clone(),
+        (None, Some(config)) => PathBuf::from("runs").join(config.file_stem().unwrap_or_default()),
+        (None, None) => bail!("--resume needs --out (the run directory)"),
+    };
+    let config = if args.resume {
+        // The run's own config, with any overrides (e.g. more steps).
+        RunDir::new(&out).load_config(&args.overrides)?
+    } else {
+        let path = args
+            .config
+            .as_ref()
+            .expect("clap requires --config without --resume");
+        RunConfig::load(path, &args.overrides)?
+    };
+    train(&Job {
+        config: &config,
+        out: &out,
+        device: &device,
+        resume: args.resume,
+        force: args.force,
+        standalone: true,
+    })
+}
+
+/// One training run, as `hla train` and `hla compare` start it.
+pub struct Job<'a> {
+    pub config: &'a RunConfig,
+    pub out: &'a Path,
+    pub device: &'a Device,
+    /// Continue from the last checkpoint in `out`.
+    pub resume: bool,
+    /// Start over in an existing run directory.
+    pub force: bool,
+    /// The only run of this process: burn-train's dashboard (on a terminal) and its
+    /// `experiment.log`, whose logger is process-wide and so cannot follow a second run.
+    pub standalone: bool,
+}
+
+/// Trains `job.config` into `job.out`; `metrics.json`, written last, marks the run finished.
+pub fn train(job: &Job) -> Result<()> {
+    let (config, out) = (job.config, job.out);
+    let run = RunDir::new(out);
+    let _lock = run.lock()?;
+    claim(&run, job)?;
+    let data = Data::load(config)?;
+    let t = &config.train;
+    let items_per_epoch = t.eval_interval * t.grad_accumulation * t.batch_size;
+    let lm = init_lm(job, &data);
+    let resume_epoch = resume_epoch(&run, job);
+    let done_epochs = resume_epoch.unwrap_or(0);
+    let first_step = done_epochs * t.eval_interval;
+    let interrupter = Interrupter::new();
+    let model = Trainee {
+        lm,
+        guard: NanGuard::new(interrupter.clone(), first_step, t.grad_accumulation),
+    };
+    let optimizer = optim::optimizer(t, &model);
+    let scheduler = optim::scheduler(config)?;
+    // Build the data first: a corpus too short for a window fails before anything is written.
+    let train_loader = data.train_loader(
+        config,
+        items_per_epoch,
+        (done_epochs * items_per_epoch) as u64,
+    )?;
+    let valid_loader = data.valid_loader(config, t.seed.wrapping_add(1))?;
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create the run directory {}", out.display()))?;
+    write_atomic(&run.config(), config.to_toml().as_bytes())?;
+    data.save_tokenizer(&run.tokenizer())?;
+    let training = SupervisedTraining::new(run.path(), train_loader, valid_loader);
+    let training = configure(
+        training,
+        job,
+        &run,
+        data.is_mqar(),
+        resume_epoch,
+        interrupter,
+    );
+    let started = Instant::now();
+    let result = training.launch(Learner::new(model, optimizer, scheduler));
+    if let Some(error) = result.error {
+        bail!("training stopped: {error}");
+    }
+    if let Some(stop) = result.interrupted {
+        bail!(
+            "training stopped: {}; the last good checkpoint stays in {} (continue with --resume, \
+             perhaps with a lower --set train.lr)",
+            stop.reason.unwrap_or_else(|| "interrupted".into()),
+            run.checkpoints().display()
+        );
+    }
+    let finished = finish::Finished {
+        lm: result.model.lm,
+        elapsed: started.elapsed(),
+        first_step,
+    };
+    finish::finish(job, &run, &data, finished)
+}
+
+/// Takes the run directory for this job: a directory that already holds a run needs
+/// `--resume` or `--force` (which clears it); files a killed run left half-written go.
+fn claim(run: &RunDir, job: &Job) -> Result<()> {
+    run.remove_partial_files()?;
+    if job.resume {
+        return Ok(());
+    }
+    if run.config().exists() && !job.force {
+        bail!(
+            "{} already holds a run; pass --resume to continue it or --force to start over",
+            job.out.display()
+        );
+    }
+    if job.force {
+        run.clear()?;
+    }
+    Ok(())
+}
+
+/// The seeded model on the autodiff device, every parameter drawn now.
+fn init_lm(job: &Job, data: &Data) -> Lm {
+    let (config, t) = (job.config, &job.config.train);
+    let autodiff = job.device.clone().autodiff();
+    autodiff.seed(t.seed);
+    let lm = config.model.lm_config(data.vocab_size()).init(&autodiff);
+    println!(
+        "training {} ({} parameters) for {} steps on {:?}, into {}",
+        config.model.mixer.name(),
+        lm.num_params(),
+        t.steps,
+        job.device,
+        job.out.display()
+    );
+    // Parameters initialise lazily; draw them now, in order, from the seeded generator.
+    lm.visit(&mut Materialize);
+    lm
+}
+
+/// The epoch of the checkpoint to resume from, if resuming and one exists.
+fn resume_epoch(run: &RunDir, job: &Job) -> Option<usize> {
+    if !job.resume {
+        return None;
+    }
+    let epoch = run.last_checkpoint();
+    if epoch.is_none() {
+        println!(
+            "no checkpoint in {} yet: starting from scratch",
+            job.out.display()
+        );
+    }
+    epoch
+}
+
+/// burn-train's metrics, checkpointing, early stopping and output for this job.
+fn configure(
+    training: SupervisedTraining<Trainee>,
+    job: &Job,
+    run: &RunDir,
+    mqar: bool,
+    resume_epoch: Option<usize>,
+    interrupter: Interrupter,
+) -> SupervisedTraining<Trainee> {
+    let t = &job.config.train;
+    let lowest_valid_loss = || {
+        MetricCheckpointingStrategy::new(
+            &LossMetric::new(),
+            Aggregate::Mean,
+            Direction::Lowest,
+            Split::Valid,
+        )
+    };
+    let mut training = training
+        .metrics((LossMetric::new(),))
+        .metric_train_numeric(LearningRateMetric::new())
+        .metric_train_numeric(IterationSpeedMetric::new())
+        .with_checkpointing_strategy(
+            ComposedCheckpointingStrategy::builder()
+                .add(KeepLastNCheckpoints::new(t.keep_checkpoints.max(1)))
+                .add(lowest_valid_loss())
+                .build(),
+        )
+        .with_custom_checkpointers(
+            AtomicCheckpointer::new(run.checkpoints(), "model"),
+            AtomicCheckpointer::new(run.checkpoints(), "optim"),
+            AtomicCheckpointer::new(run.checkpoints(), "scheduler"),
+        )
+        .grads_accumulation(t.grad_accumulation)
+        .num_epochs(t.steps.div_ceil(t.eval_interval));
+    // MQAR scores only the query positions: accuracy there; perplexity is for text.
+    training = if mqar {
+        training.metrics((AccuracyMetric::new().with_pad_token(0),))
+    } else {
+        training.metrics((PerplexityMetric::new(),))
+    };
+    if t.early_stopping > 0 {
+        training = training.early_stopping(MetricEarlyStoppingStrategy::new(
+            &LossMetric::new(),
+            Aggregate::Mean,
+            Direction::Lowest,
+            Split::Valid,
+            StoppingCondition::NoImprovementSince {
+                n_epochs: t.early_stopping,
+            },
+        ));
+    }
+    if let Some(epoch) = resume_epoch {
+        training = training.checkpoint(epoch);
+    }
+    training = training.with_interrupter(interrupter);
+    if !job.standalone {
+        training = training.with_application_logger(None);
+    }
+    if !(job.standalone && std::io::stdout().is_terminal()) {
+        training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));
+    }
+    training
+}
+
+/// Initialises every parameter (they are lazy) by reading it.
+struct Materialize;
+
+impl ModuleVisitor for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        param.val();
+    }
+}
