@@ -169,6 +169,30 @@ impl ChunkDecay {
     }
 }
 
+/// The decay of the last chunk seen, made again only when the gates change: with the
+/// fixed decay (or none) every full chunk has the same gates, so a head computes its
+/// exponentials once instead of once per chunk.
+#[derive(Default)]
+pub(crate) struct Decays {
+    gates: Vec<f32>,
+    decay: Option<ChunkDecay>,
+}
+
+impl Decays {
+    /// The decay of the chunk whose log gates are `log_g`.
+    #[inline(always)]
+    pub(crate) fn of(&mut self, log_g: &[f32]) -> &ChunkDecay {
+        if self.gates != log_g {
+            self.decay = None;
+        }
+        self.decay.get_or_insert_with(|| {
+            self.gates.clear();
+            self.gates.extend_from_slice(log_g);
+            ChunkDecay::new(log_g)
+        })
+    }
+}
+
 /// `out_r = f_r · x_r` for the rows `x_r` of `x` (`cols` wide).
 #[inline(always)]
 pub(crate) fn scale_rows(out: &mut [f32], x: &[f32], cols: usize, f: &[f32]) {

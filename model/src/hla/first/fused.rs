@@ -28,7 +28,7 @@ use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::multiversion;
 use crate::hla::HlaInput;
 use crate::hla::fused::{
-    ChunkDecay, Head, Sizes, apply_mask, log_gates, scale, scale_rows, unpack,
+    ChunkDecay, Decays, Head, Sizes, apply_mask, log_gates, scale, scale_rows, unpack,
 };
 
 /// The fused form of [`super::chunked`] (same arguments and results).
@@ -74,12 +74,13 @@ multiversion! {
     /// entry) and every chunk's start state into `starts`.
     pub(crate) fn forward_head(n: &Sizes, x: &Head, s: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
         let (d, dv) = (n.d, n.dv);
+        let mut decays = Decays::default();
         for (span, saved) in n.spans().zip(starts.chunks_exact_mut(d * dv)) {
             saved.copy_from_slice(s);
             let (c0, c) = span;
             let (q, k, v) = x.chunk(span, d, dv);
-            let decay = ChunkDecay::new(&x.log_g[c0..c0 + c]);
-            let m = scores(q, k, &decay, d);
+            let decay = decays.of(&x.log_g[c0..c0 + c]);
+            let m = scores(q, k, decay, d);
             let o = &mut o[c0 * dv..][..c * dv];
             matmul((c, dv, d), o, (q, Layout::rows(d)), (s, Layout::rows(dv)), false);
             let qs = o.to_vec();
@@ -108,12 +109,13 @@ multiversion! {
         ds: &mut [f32],
     ) {
         let (d, dv) = (n.d, n.dv);
+        let mut decays = Decays::default();
         let spans: Vec<_> = n.spans().zip(starts.chunks_exact(d * dv)).collect();
         for (span, s) in spans.into_iter().rev() {
             let (c0, c) = span;
             let (q, k, v) = x.chunk(span, d, dv);
-            let decay = ChunkDecay::new(&x.log_g[c0..c0 + c]);
-            let m = scores(q, k, &decay, d);
+            let decay = decays.of(&x.log_g[c0..c0 + c]);
+            let m = scores(q, k, decay, d);
             let g = &g[c0 * dv..][..c * dv];
             let mut gm = vec![0.0; c * c];
             matmul((c, c, dv), &mut gm, (g, Layout::rows(dv)), (v, Layout::transposed(dv)), false);

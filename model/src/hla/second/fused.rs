@@ -33,7 +33,7 @@ use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::multiversion;
 use crate::hla::HlaInput;
 use crate::hla::fused::{
-    ChunkDecay, Head, Sizes, apply_mask, log_gates, scale, scale_rows, unpack,
+    ChunkDecay, Decays, Head, Sizes, apply_mask, log_gates, scale, scale_rows, unpack,
 };
 
 /// The fused form of [`super::chunked`] (same arguments and results).
@@ -132,13 +132,14 @@ multiversion! {
         starts: &mut [f32],
     ) {
         let (d, dv) = (n.d, n.dv);
+        let mut decays = Decays::default();
         let start_len = d * d + d * dv;
         for ((c0, c), saved) in n.spans().zip(starts.chunks_exact_mut(start_len)) {
             saved[..d * d].copy_from_slice(s);
             saved[d * d..].copy_from_slice(z);
             let chunk = x.chunk((c0, c), d, dv);
-            let decay = ChunkDecay::new(&x.log_g[c0..c0 + c]);
-            let pr = products(chunk, s, &decay, (d, dv));
+            let decay = decays.of(&x.log_g[c0..c0 + c]);
+            let pr = products(chunk, s, decay, (d, dv));
             let (q, k, v) = chunk;
             let o = &mut o[c0 * dv..][..c * dv];
             matmul((c, dv, d), o, (q, Layout::rows(d)), (z, Layout::rows(dv)), false);
@@ -167,13 +168,14 @@ multiversion! {
     /// One sequence and head backward, from `∂o` (`g`) and the saved chunk start states.
     pub(crate) fn backward_head(n: &Sizes, x: &Head, starts: &[f32], g: &[f32], out: &mut Grads) {
         let (d, dv) = (n.d, n.dv);
+        let mut decays = Decays::default();
         let start_len = d * d + d * dv;
         let spans: Vec<_> = n.spans().zip(starts.chunks_exact(start_len)).collect();
         for ((c0, c), saved) in spans.into_iter().rev() {
             let (s, z) = saved.split_at(d * d);
             let chunk = x.chunk((c0, c), d, dv);
-            let decay = ChunkDecay::new(&x.log_g[c0..c0 + c]);
-            let pr = products(chunk, s, &decay, (d, dv));
+            let decay = decays.of(&x.log_g[c0..c0 + c]);
+            let pr = products(chunk, s, decay, (d, dv));
             let (q, k, v) = chunk;
             let g = &g[c0 * dv..][..c * dv];
             let (ds, dz) = (&mut *out.s, &mut *out.z);
