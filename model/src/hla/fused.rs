@@ -154,9 +154,19 @@ impl ChunkDecay {
                 *m = exp(b[t] - b[s]);
             }
         }
-        let a: Vec<f32> = b.iter().map(|&b| exp(b)).collect();
-        let e: Vec<f32> = b.iter().map(|&b| exp(total - b)).collect();
-        let square = |x: &[f32]| x.iter().map(|x| x * x).collect();
+        // Loops, not `collect`: the exponentials stay in the caller's vectorized code.
+        let (mut a, mut e) = (vec![0.0; len], vec![0.0; len]);
+        for ((a, e), &b) in a.iter_mut().zip(&mut e).zip(&b) {
+            *a = exp(b);
+            *e = exp(total - b);
+        }
+        let square = |x: &[f32]| {
+            let mut x = x.to_vec();
+            for x in &mut x {
+                *x *= *x;
+            }
+            x
+        };
         Self {
             a2: square(&a),
             e2: square(&e),
@@ -182,14 +192,17 @@ impl Decays {
     /// The decay of the chunk whose log gates are `log_g`.
     #[inline(always)]
     pub(crate) fn of(&mut self, log_g: &[f32]) -> &ChunkDecay {
-        if self.gates != log_g {
-            self.decay = None;
-        }
-        self.decay.get_or_insert_with(|| {
+        // Written out (no `get_or_insert_with` closure) so that `ChunkDecay::new` is inlined
+        // into the caller's vectorized code.
+        if self.decay.is_none() || self.gates != log_g {
             self.gates.clear();
             self.gates.extend_from_slice(log_g);
-            ChunkDecay::new(log_g)
-        })
+            self.decay = Some(ChunkDecay::new(log_g));
+        }
+        match &self.decay {
+            Some(decay) => decay,
+            None => unreachable!("made above"),
+        }
     }
 }
 

@@ -20,11 +20,11 @@ fn head_rows(
     (time, d, dh): (usize, usize, usize),
 ) -> Vec<f32> {
     let (width, from) = (parts * d, part * d + h * dh);
-    x[b * time * width..][..time * width]
-        .chunks_exact(width)
-        .flat_map(|row| &row[from..from + dh])
-        .copied()
-        .collect()
+    let mut rows = Vec::with_capacity(time * dh);
+    for row in x[b * time * width..][..time * width].chunks_exact(width) {
+        rows.extend_from_slice(&row[from..from + dh]);
+    }
+    rows
 }
 
 /// `out [batch, time, parts·d]` from every head's `[time, dh]` rows of each part

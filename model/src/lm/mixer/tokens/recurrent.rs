@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::{head_rows, scatter, transpose};
 use crate::fused::Host;
-use crate::fused::simd::{dot, exp};
+use crate::fused::simd::{dot, exp, multiversion};
 use crate::hla::fused::{Head, Sizes};
 use crate::hla::{HlaState, first, second};
 use crate::lm::FeatureMap;
@@ -74,6 +74,25 @@ pub(crate) fn forward(
         HlaState::First(first::State { s: part(0) })
     };
     (o, state)
+}
+
+multiversion! {
+    /// `map(x)` of every `dh`-wide row of `x` into `y`.
+    fn map_rows(map: FeatureMap, query: bool, x: &[f32], y: &mut [f32], dh: usize) {
+        for (y, x) in y.chunks_exact_mut(dh).zip(x.chunks_exact(dh)) {
+            map_row(map, query, x, y);
+        }
+    }
+}
+
+multiversion! {
+    /// [`map_row_backward`] of every `dh`-wide row.
+    fn map_rows_backward(map: FeatureMap, query: bool, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32], dh: usize) {
+        let rows = dx.chunks_exact_mut(dh).zip(x.chunks_exact(dh));
+        for ((dx, x), (y, dy)) in rows.zip(y.chunks_exact(dh).zip(dy.chunks_exact(dh))) {
+            map_row_backward(map, query, x, y, dy, dx);
+        }
+    }
 }
 
 /// `map(x)` of one row of q (`query`) or k.
@@ -151,9 +170,7 @@ fn gather(
     let (q_raw, k_raw, v) = (rows(0), rows(1), rows(2));
     let mapped = |x: &[f32], query: bool| {
         let mut y = vec![0.0; time * dh];
-        for (y, x) in y.chunks_exact_mut(dh).zip(x.chunks_exact(dh)) {
-            map_row(tokens.map, query, x, y);
-        }
+        map_rows(tokens.map, query, x, &mut y, dh);
         y
     };
     let (q, k) = (mapped(&q_raw, true), mapped(&k_raw, false));
@@ -279,10 +296,7 @@ pub(crate) fn kernel_backward<B: Host>(
             let (q_raw, k_raw) = x.raw.expect("gathered with the raw rows");
             let unmap = |raw: &[f32], y: &[f32], dy: &[f32], query: bool| {
                 let mut dx = vec![0.0; dy.len()];
-                let rows = dx.chunks_exact_mut(dh).zip(raw.chunks_exact(dh));
-                for ((dx, x), (y, dy)) in rows.zip(y.chunks_exact(dh).zip(dy.chunks_exact(dh))) {
-                    map_row_backward(tokens.map, query, x, y, dy, dx);
-                }
+                map_rows_backward(tokens.map, query, raw, y, dy, &mut dx, dh);
                 dx
             };
             let dq = unmap(&q_raw, &x.q, &dq, true);
