@@ -43,14 +43,24 @@ impl Sizes {
 struct Window<'a> {
     x: &'a [f32],
     history: &'a [f32],
-    zeros: &'a [f32],
+    zeros: Vec<f32>,
     n: &'a Sizes,
 }
 
 impl<'a> Window<'a> {
+    fn new(x: &'a [f32], history: &'a [f32], n: &'a Sizes) -> Self {
+        let zeros = vec![0.0; n.channels];
+        Self {
+            x,
+            history,
+            zeros,
+            n,
+        }
+    }
+
     /// Window row `tau` of `sequence`.
     #[inline(always)]
-    fn row(&self, sequence: usize, tau: usize) -> &'a [f32] {
+    fn row(&self, sequence: usize, tau: usize) -> &[f32] {
         let (n, c) = (self.n, self.n.channels);
         let lead = n.kernel - 1;
         if tau >= lead {
@@ -58,7 +68,7 @@ impl<'a> Window<'a> {
         } else if n.history > 0 {
             &self.history[(sequence * lead + tau) * c..][..c]
         } else {
-            self.zeros
+            &self.zeros
         }
     }
 }
@@ -137,13 +147,7 @@ pub(crate) fn forward<B: Host>(
     let n = Sizes::of(&x.shape(), &history.shape(), &weight.shape());
     let y = {
         let (xv, hv, w) = (B::values(&x), B::values(&history), B::values(&weight));
-        let zeros = vec![0.0; n.channels];
-        let window = Window {
-            x: &xv,
-            history: &hv,
-            zeros: &zeros,
-            n: &n,
-        };
+        let window = Window::new(&xv, &hv, &n);
         let c = n.channels;
         let mut y = vec![0.0; n.batch * n.time * c];
         let rows = simd::rows_per_piece(c * n.kernel);
@@ -171,13 +175,7 @@ pub(crate) fn backward<B: Host>(
         B::values(&weight),
         B::values(&grad),
     );
-    let zeros = vec![0.0; n.channels];
-    let window = Window {
-        x: &xv,
-        history: &hv,
-        zeros: &zeros,
-        n: &n,
-    };
+    let window = Window::new(&xv, &hv, &n);
     let c = n.channels;
     // q = g ⊙ silu'(p), and each piece's share of ∂W.
     let mut q = vec![0.0; n.batch * n.time * c];
