@@ -30,21 +30,24 @@ pub(crate) fn log_gates(input: &HlaInput) -> Tensor<3> {
 }
 
 /// Outputs `o` and the final state tensors `[batch, heads, rows, cols]` from a packed
-/// output: `o [batch, heads, time, dv]` then each state, every part contiguous.
-pub(crate) fn unpack(
+/// output: `o` (`[batch, heads, time, dv]`, or the token-major `[batch, time, d]` of the
+/// fused mixer) then each state, every part contiguous.
+pub(crate) fn unpack<const D: usize>(
     packed: Tensor<1>,
-    o: [usize; 4],
+    o: [usize; D],
     states: &[[usize; 4]],
-) -> (Tensor<4>, Vec<Tensor<4>>) {
+) -> (Tensor<D>, Vec<Tensor<4>>) {
     let mut offset = 0;
-    let mut part = |dims: [usize; 4]| {
-        let len = dims.iter().product();
-        let t = packed.clone().narrow(0, offset, len).reshape(dims);
+    let mut part = |len: usize| {
+        let t = packed.clone().narrow(0, offset, len);
         offset += len;
         t
     };
-    let o = part(o);
-    let states = states.iter().map(|&dims| part(dims)).collect();
+    let o = part(o.iter().product()).reshape(o);
+    let states = states
+        .iter()
+        .map(|&dims| part(dims.iter().product()).reshape(dims))
+        .collect();
     (o, states)
 }
 

@@ -83,11 +83,7 @@ pub(crate) fn kernel_forward<B: Host>(
             .collect();
         let [o, lse] = transpose(per_head);
         let mut out = vec![0.0; qkv_shape[0] * time * d];
-        scatter(
-            &mut out,
-            &o.into_iter().map(|o| vec![o]).collect::<Vec<_>>(),
-            (time, d, dh),
-        );
+        scatter(&mut out, &[&o], (time, d, dh));
         (out, lse.concat())
     };
     let o = B::tensor(o, Shape::new([qkv_shape[0], time, d]));
@@ -139,9 +135,9 @@ pub(crate) fn kernel_backward<B: Host>(
             [dq, dk, dv]
         })
         .collect();
-    let grads: Vec<Vec<Vec<f32>>> = per_head.into_iter().map(Vec::from).collect();
+    let [dq, dk, dv] = transpose(per_head);
     let mut dqkv = vec![0.0; x.len()];
-    scatter(&mut dqkv, &grads, (time, d, dh));
+    scatter(&mut dqkv, &[&dq, &dk, &dv], (time, d, dh));
     [
         B::tensor(dqkv, qkv_shape),
         B::tensor(vec![0.0; table.len()], rope_shape),

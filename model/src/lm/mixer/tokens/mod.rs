@@ -27,18 +27,17 @@ fn head_rows(
     rows
 }
 
-/// `out [batch, time, parts·d]` from every head's `[time, dh]` rows of each part
-/// (`heads[i][part]`, sequence-major, head after head).
-fn scatter(out: &mut [f32], heads: &[Vec<Vec<f32>>], (time, d, dh): (usize, usize, usize)) {
+/// `out [batch, time, parts·d]` from each part's `[time, dh]` rows of every head
+/// (`parts[part][i]`, heads sequence-major, head after head): the inverse of [`head_rows`].
+fn scatter(out: &mut [f32], parts: &[&[Vec<f32>]], (time, d, dh): (usize, usize, usize)) {
     let h = d / dh;
-    let parts = heads.first().map_or(1, Vec::len);
-    out.par_chunks_mut(parts * d)
+    out.par_chunks_mut(parts.len() * d)
         .enumerate()
         .for_each(|(row, out)| {
             let (b, t) = (row / time, row % time);
-            for (part, out) in out.chunks_exact_mut(d).enumerate() {
+            for (heads, out) in parts.iter().zip(out.chunks_exact_mut(d)) {
                 for (head, out) in out.chunks_exact_mut(dh).enumerate() {
-                    out.copy_from_slice(&heads[b * h + head][part][t * dh..][..dh]);
+                    out.copy_from_slice(&heads[b * h + head][t * dh..][..dh]);
                 }
             }
         });

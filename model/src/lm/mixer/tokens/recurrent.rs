@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use super::{head_rows, scatter, transpose};
 use crate::fused::Host;
 use crate::fused::simd::{dot, exp, multiversion};
-use crate::hla::fused::{Head, Sizes};
+use crate::hla::fused::{Head, Sizes, unpack};
 use crate::hla::{HlaState, first, second};
 use crate::lm::FeatureMap;
 
@@ -44,7 +44,7 @@ pub(crate) fn forward(
     let [b, t, channels] = qkv.dims();
     let (d, h) = (channels / 3, tokens.heads);
     let dh = d / h;
-    let (s0, z0) = match state.clone() {
+    let (s0, z0) = match state {
         HlaState::First(s) => (s.s, Tensor::zeros([0, 0, 0, 0], &qkv.device())),
         HlaState::Second(s) => (s.s, s.z),
         _ => unreachable!("the fused mixer runs first and second order only"),
@@ -56,22 +56,19 @@ pub(crate) fn forward(
         z0.into_dispatch(),
         tokens,
     );
-    let packed = Tensor::<1>::from_dispatch(packed);
-    let o = packed.clone().narrow(0, 0, b * t * d).reshape([b, t, d]);
-    let part = |i: usize| {
-        let len = b * h * dh * dh;
-        packed
-            .clone()
-            .narrow(0, b * t * d + i * len, len)
-            .reshape([b, h, dh, dh])
-    };
-    let state = if tokens.second {
-        HlaState::Second(second::State {
-            s: part(0),
-            z: part(1),
-        })
+    // S, then Z for second order.
+    let parts = [[b, h, dh, dh]; 2];
+    let parts = if tokens.second {
+        &parts[..]
     } else {
-        HlaState::First(first::State { s: part(0) })
+        &parts[..1]
+    };
+    let (o, states) = unpack(Tensor::from_dispatch(packed), [b, t, d], parts);
+    let mut states = states.into_iter();
+    let s = states.next().unwrap_or_else(|| unreachable!("S is packed"));
+    let state = match states.next() {
+        Some(z) => HlaState::Second(second::State { s, z }),
+        None => HlaState::First(first::State { s }),
     };
     (o, state)
 }
@@ -158,6 +155,18 @@ struct Gathered {
     raw: Option<(Vec<f32>, Vec<f32>)>,
 }
 
+impl Gathered {
+    /// The chunk kernels' view of this head, with its log gates.
+    fn head<'a>(&'a self, log_g: &'a [f32]) -> Head<'a> {
+        Head {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            log_g,
+        }
+    }
+}
+
 fn gather(
     qkv: &[f32],
     at: (usize, usize),
@@ -207,12 +216,7 @@ pub(crate) fn kernel_forward<B: Host>(
             .map(|i| {
                 let at = (i / n.heads, i % n.heads);
                 let x = gather(x, at, (n.time, d, dh), &tokens, false);
-                let head = Head {
-                    q: &x.q,
-                    k: &x.k,
-                    v: &x.v,
-                    log_g: n.gates_of(g, i),
-                };
+                let head = x.head(n.gates_of(g, i));
                 let mut o = vec![0.0; n.time * dh];
                 let mut starts = vec![0.0; start_len];
                 let mut s = s0[i * dh * dh..][..dh * dh].to_vec();
@@ -228,11 +232,7 @@ pub(crate) fn kernel_forward<B: Host>(
             .collect();
         let [o, s, z, starts] = transpose(heads);
         let mut packed = vec![0.0; n.batch * n.time * d];
-        scatter(
-            &mut packed,
-            &o.into_iter().map(|o| vec![o]).collect::<Vec<_>>(),
-            (n.time, d, dh),
-        );
+        scatter(&mut packed, &[&o], (n.time, d, dh));
         packed.extend(s.concat());
         packed.extend(z.concat());
         (packed, starts.concat())
@@ -263,12 +263,7 @@ pub(crate) fn kernel_backward<B: Host>(
         .map(|i| {
             let at = (i / n.heads, i % n.heads);
             let x = gather(x, at, (n.time, d, dh), &tokens, true);
-            let head = Head {
-                q: &x.q,
-                k: &x.k,
-                v: &x.v,
-                log_g: n.gates_of(g, i),
-            };
+            let head = x.head(n.gates_of(g, i));
             let g_head = head_rows(g_o, at, (0, 1), (n.time, d, dh));
             let (mut dq, mut dk, mut dv) = (
                 vec![0.0; n.time * dh],
@@ -305,14 +300,8 @@ pub(crate) fn kernel_backward<B: Host>(
         })
         .collect();
     let [dq, dk, dv, ds, dz] = transpose(heads);
-    let grads: Vec<Vec<Vec<f32>>> = dq
-        .into_iter()
-        .zip(dk)
-        .zip(dv)
-        .map(|((q, k), v)| vec![q, k, v])
-        .collect();
     let mut dqkv = vec![0.0; x.len()];
-    scatter(&mut dqkv, &grads, (n.time, d, dh));
+    scatter(&mut dqkv, &[&dq, &dk, &dv], (n.time, d, dh));
     let (ds, dz) = (ds.concat(), dz.concat());
     let state = Shape::new([n.batch, n.heads, dh, dh]);
     let z_shape = if tokens.second {
