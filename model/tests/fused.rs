@@ -7,19 +7,13 @@ mod common;
 
 use burn::module::{ModuleVisitor, Param};
 use burn::prelude::*;
-use common::{Rng, devices, rel_rms};
+use common::{MIXERS, Rng, devices, rel_rms};
 use hla_model::lm::{DecayKind, FeatureMap, Lm, LmConfig, MixerKind};
 
 /// The tiny model of every case, with options changed one at a time.
 fn configs() -> Vec<LmConfig> {
     let mut out = Vec::new();
-    for mixer in [
-        MixerKind::Hla2,
-        MixerKind::Hla3,
-        MixerKind::Ahla,
-        MixerKind::Linear,
-        MixerKind::Softmax,
-    ] {
+    for mixer in MIXERS {
         let base = LmConfig::new(37)
             .with_mixer(mixer)
             .with_d_model(32)

@@ -6,16 +6,8 @@ mod common;
 use burn::module::{ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use common::{Rng, TOL, devices, rel_rms};
+use common::{MIXERS, Rng, TOL, devices, rel_rms};
 use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind};
-
-const MIXERS: [MixerKind; 5] = [
-    MixerKind::Hla2,
-    MixerKind::Hla3,
-    MixerKind::Ahla,
-    MixerKind::Linear,
-    MixerKind::Softmax,
-];
 
 fn tiny(mixer: MixerKind) -> LmConfig {
     LmConfig::new(37)

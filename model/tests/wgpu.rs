@@ -8,9 +8,9 @@ mod common;
 
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use common::{Case, Gates, Rng, input, rel_rms};
+use common::{Case, Gates, MIXERS, Rng, input, rel_rms};
 use hla_model::hla::{Form, HlaState, Order, forward};
-use hla_model::lm::{LmConfig, MixerKind};
+use hla_model::lm::LmConfig;
 
 /// A GPU sums in another order than a CPU, so f32 results differ by more than between
 /// the forms on one device (1e-4).
@@ -119,13 +119,7 @@ fn train_step(config: &LmConfig, weights: burn::store::ModuleRecord, device: &De
 /// give the same loss on both devices, before and after one AdamW step.
 #[test]
 fn lm_training_step_matches_the_cpu() {
-    for mixer in [
-        MixerKind::Hla2,
-        MixerKind::Hla3,
-        MixerKind::Ahla,
-        MixerKind::Linear,
-        MixerKind::Softmax,
-    ] {
+    for mixer in MIXERS {
         let config = LmConfig::new(37)
             .with_mixer(mixer)
             .with_d_model(32)

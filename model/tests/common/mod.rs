@@ -4,11 +4,21 @@
 use burn::prelude::*;
 use hla_model::compare::relative_rms_error;
 use hla_model::hla::{HlaInput, HlaState, Order, Output};
+use hla_model::lm::MixerKind;
 
 /// The tolerance of every f32 comparison: relative RMS error (flash-linear-attention's metric).
 pub const TOL: f64 = 1e-4;
 
-/// Every CPU device compiled into this build (ndarray by default, flex with its feature).
+/// Every mixer of the language model.
+pub const MIXERS: [MixerKind; 5] = [
+    MixerKind::Hla2,
+    MixerKind::Hla3,
+    MixerKind::Ahla,
+    MixerKind::Linear,
+    MixerKind::Softmax,
+];
+
+/// Every CPU device compiled into this build (the default build has both, ndarray and flex).
 pub fn devices() -> Vec<Device> {
     let out: Vec<Device> = vec![
         #[cfg(feature = "ndarray")]
