@@ -7,20 +7,14 @@ mod common;
 
 use burn::module::{ModuleVisitor, Param};
 use burn::prelude::*;
-use common::{MIXERS, Rng, devices, rel_rms};
+use common::{MIXERS, Rng, devices, rel_rms, tiny};
 use hla_model::lm::{DecayKind, FeatureMap, Lm, LmConfig, MixerKind};
 
 /// The tiny model of every case, with options changed one at a time.
 fn configs() -> Vec<LmConfig> {
     let mut out = Vec::new();
     for mixer in MIXERS {
-        let base = LmConfig::new(37)
-            .with_mixer(mixer)
-            .with_d_model(32)
-            .with_n_layers(2)
-            .with_n_heads(2)
-            .with_chunk_size(8)
-            .with_max_seq_len(64);
+        let base = tiny(mixer);
         out.extend([
             base.clone(),
             base.clone().with_short_conv(0).with_tie_embeddings(false),

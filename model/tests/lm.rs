@@ -6,18 +6,8 @@ mod common;
 use burn::module::{ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use common::{MIXERS, Rng, TOL, devices, rel_rms};
+use common::{MIXERS, Rng, TOL, devices, rel_rms, tiny};
 use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind};
-
-fn tiny(mixer: MixerKind) -> LmConfig {
-    LmConfig::new(37)
-        .with_mixer(mixer)
-        .with_d_model(32)
-        .with_n_layers(2)
-        .with_n_heads(2)
-        .with_chunk_size(8)
-        .with_max_seq_len(64)
-}
 
 /// The options a mixer can take, each changed from the defaults on its own.
 fn variants(mixer: MixerKind) -> Vec<LmConfig> {

@@ -8,7 +8,7 @@ mod common;
 
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use common::{Case, Gates, MIXERS, Rng, input, rel_rms};
+use common::{Case, Gates, MIXERS, Rng, input, rel_rms, tiny};
 use hla_model::hla::{Form, HlaState, Order, forward};
 use hla_model::lm::LmConfig;
 
@@ -120,13 +120,7 @@ fn train_step(config: &LmConfig, weights: burn::store::ModuleRecord, device: &De
 #[test]
 fn lm_training_step_matches_the_cpu() {
     for mixer in MIXERS {
-        let config = LmConfig::new(37)
-            .with_mixer(mixer)
-            .with_d_model(32)
-            .with_n_layers(2)
-            .with_n_heads(2)
-            .with_chunk_size(8)
-            .with_max_seq_len(64);
+        let config = tiny(mixer);
         let cpu = cpu();
         cpu.seed(17);
         let weights = config.init(&cpu).into_record();

@@ -4,7 +4,7 @@
 use burn::prelude::*;
 use hla_model::compare::relative_rms_error;
 use hla_model::hla::{HlaInput, HlaState, Order, Output};
-use hla_model::lm::MixerKind;
+use hla_model::lm::{LmConfig, MixerKind};
 
 /// The tolerance of every f32 comparison: relative RMS error (flash-linear-attention's metric).
 pub const TOL: f64 = 1e-4;
@@ -17,6 +17,18 @@ pub const MIXERS: [MixerKind; 5] = [
     MixerKind::Linear,
     MixerKind::Softmax,
 ];
+
+/// The tiny language model the model tests train and compare: width 32, 2 layers, 2 heads,
+/// chunks of 8, 64 positions.
+pub fn tiny(mixer: MixerKind) -> LmConfig {
+    LmConfig::new(37)
+        .with_mixer(mixer)
+        .with_d_model(32)
+        .with_n_layers(2)
+        .with_n_heads(2)
+        .with_chunk_size(8)
+        .with_max_seq_len(64)
+}
 
 /// Every CPU device compiled into this build (the default build has both, ndarray and flex).
 pub fn devices() -> Vec<Device> {
