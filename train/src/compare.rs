@@ -237,11 +237,17 @@ fn write_results(experiment: &Experiment) -> Result<()> {
         .metric
         .unwrap_or_else(|| Metric::default_for(&rows));
     report::write(experiment, &rows, metric)?;
-    let best: Vec<Row> = report::best_of_groups(&rows, metric)
+    // With `mean_over`, the charts show each group's means (one line, one point).
+    let charted: Vec<Row> = if experiment.results.mean_over.is_empty() {
+        rows.clone()
+    } else {
+        report::means(&rows).into_iter().map(|m| m.row).collect()
+    };
+    let best: Vec<Row> = report::best_of_groups(&charted, metric)
         .into_iter()
         .map(|(row, _)| row)
         .collect();
-    let charts = crate::plots::draw_all(&experiment.dir, &rows, &best, metric)?;
+    let charts = crate::plots::draw_all(&experiment.dir, &charted, &best, metric)?;
     println!(
         "{} of {} runs finished; results.md, results.csv and {} charts in {}",
         rows.len(),

@@ -1,7 +1,11 @@
 //! The results of an experiment: one row per finished run, read from its run directory
 //! (`config.toml`, `metrics.json`, `metrics.csv`), written as results.md and results.csv.
 
-use std::fmt::Write as _;
+mod mean;
+mod table;
+
+pub use mean::{Mean, Stat, means};
+
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -16,6 +20,7 @@ use crate::run_dir::{RunDir, write_atomic};
 pub struct Row {
     pub name: String,
     pub group: String,
+    pub mean_group: String,
     pub mixer: String,
     pub d_model: usize,
     pub n_layers: usize,
@@ -101,6 +106,7 @@ impl Row {
         Ok(Some(Self {
             name: planned.name.clone(),
             group: planned.group.clone(),
+            mean_group: planned.mean_group.clone(),
             mixer: summary.mixer,
             d_model: config.model.d_model,
             n_layers: config.model.n_layers,
@@ -181,193 +187,16 @@ pub fn best_of_groups(rows: &[Row], metric: Metric) -> Vec<(Row, usize)> {
     best
 }
 
-/// A column of the tables: its header and how a row fills it (`None`: blank).
-struct Column {
-    header: &'static str,
-    cell: fn(&Row) -> Option<String>,
-}
-
-fn columns(rows: &[Row]) -> Vec<Column> {
-    let any = |f: fn(&Row) -> bool| rows.iter().any(f);
-    let mut columns = vec![
-        Column {
-            header: "mixer",
-            cell: |r| Some(r.mixer.clone()),
-        },
-        Column {
-            header: "d_model",
-            cell: |r| Some(r.d_model.to_string()),
-        },
-        Column {
-            header: "T",
-            cell: |r| Some(r.seq_len.to_string()),
-        },
-    ];
-    if any(Row::is_mqar) {
-        columns.push(Column {
-            header: "N",
-            cell: |r| r.kv_pairs.map(|n| n.to_string()),
-        });
-    }
-    columns.extend([
-        Column {
-            header: "lr",
-            cell: |r| Some(format!("{:e}", r.lr)),
-        },
-        Column {
-            header: "params",
-            cell: |r| Some(r.params.to_string()),
-        },
-        Column {
-            header: "state floats",
-            cell: |r| Some(r.state_floats.to_string()),
-        },
-        Column {
-            header: "steps",
-            cell: |r| Some(r.steps.to_string()),
-        },
-        Column {
-            header: "wall (s)",
-            cell: |r| Some(format!("{:.1}", r.wall_seconds)),
-        },
-        Column {
-            header: "tokens/s",
-            cell: |r| Some(format!("{:.0}", r.tokens_per_second)),
-        },
-        Column {
-            header: "final loss",
-            cell: |r| Some(format!("{:.4}", r.final_loss)),
-        },
-        Column {
-            header: "best loss",
-            cell: |r| r.best_loss.map(|v| format!("{v:.4}")),
-        },
-    ]);
-    if any(|r| r.estimate_loss.is_some()) {
-        columns.push(Column {
-            header: "estimate loss",
-            cell: |r| r.estimate_loss.map(|v| format!("{v:.4}")),
-        });
-    }
-    if any(Row::is_mqar) {
-        columns.extend([
-            Column {
-                header: "final acc",
-                cell: |r| r.final_accuracy.map(|v| format!("{v:.4}")),
-            },
-            Column {
-                header: "best acc",
-                cell: |r| r.best_accuracy.map(|v| format!("{v:.4}")),
-            },
-        ]);
-    }
-    columns
-}
-
-fn markdown_table(out: &mut String, first: &[&str], rows: &[(Vec<String>, &Row)], all: &[Row]) {
-    let columns = columns(all);
-    let headers: Vec<&str> = first
-        .iter()
-        .copied()
-        .chain(columns.iter().map(|c| c.header))
-        .collect();
-    let _ = writeln!(out, "| {} |", headers.join(" | "));
-    let _ = writeln!(out, "|{}", "---|".repeat(headers.len()));
-    for (lead, row) in rows {
-        let cells: Vec<String> = lead
-            .iter()
-            .cloned()
-            .chain(columns.iter().map(|c| (c.cell)(row).unwrap_or_default()))
-            .collect();
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
-    }
-}
-
-/// results.md: the best run of each group (with `best_of`), then every run.
-pub fn markdown(experiment: &Experiment, rows: &[Row], metric: Metric) -> String {
-    let mut out = format!("# {}\n\n", experiment.title);
-    let _ = writeln!(
-        out,
-        "{} of {} runs finished. Loss: mean cross-entropy per scored token (nats); \
-         final: the full pass over the validation split at the end of training; best: the \
-         best validation during training{}; state floats: the recurrent state (softmax: KV \
-         cache) of all layers for one sequence of T tokens. Every run: results.csv.\n",
-        rows.len(),
-        experiment.runs.len(),
-        if rows.iter().any(|r| r.estimate_loss.is_some()) {
-            " (nanoGPT's random-batch estimate); estimate: that estimate at the end"
-        } else {
-            ""
-        },
-    );
-    let best_of = &experiment.results.best_of;
-    if !best_of.is_empty() {
-        let _ = writeln!(
-            out,
-            "## Best over {} (by {})\n",
-            best_of.join(", "),
-            metric.name()
-        );
-        let groups = best_of_groups(rows, metric);
-        let best: Vec<(Vec<String>, &Row)> = groups
-            .iter()
-            .map(|(row, count)| {
-                let lead = vec![row.group.clone(), format!("{} (of {count})", row.name)];
-                (lead, row)
-            })
-            .collect();
-        markdown_table(&mut out, &["group", "best run"], &best, rows);
-        out.push('\n');
-        out.push_str("## All runs\n\n");
-    }
-    let all: Vec<(Vec<String>, &Row)> = rows.iter().map(|r| (vec![r.name.clone()], r)).collect();
-    markdown_table(&mut out, &["run"], &all, rows);
-    out
-}
-
-/// results.csv: every finished run, every column.
-pub fn csv(rows: &[Row]) -> String {
-    let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
-    let mut out = String::from(
-        "name,group,mixer,d_model,n_layers,short_conv,lr,seq_len,kv_pairs,params,state_floats,\
-         steps,wall_seconds,tokens_per_second,final_loss,final_accuracy,best_loss,\
-         best_accuracy,estimate_loss\n",
-    );
-    for r in rows {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            r.name,
-            r.group,
-            r.mixer,
-            r.d_model,
-            r.n_layers,
-            r.short_conv,
-            r.lr,
-            r.seq_len,
-            r.kv_pairs.map(|n| n.to_string()).unwrap_or_default(),
-            r.params,
-            r.state_floats,
-            r.steps,
-            r.wall_seconds,
-            r.tokens_per_second,
-            r.final_loss,
-            opt(r.final_accuracy),
-            opt(r.best_loss),
-            opt(r.best_accuracy),
-            opt(r.estimate_loss),
-        );
-    }
-    out
-}
-
 /// Writes results.md and results.csv into the experiment's folder.
 pub fn write(experiment: &Experiment, rows: &[Row], metric: Metric) -> Result<()> {
     write_atomic(
         &experiment.dir.join("results.md"),
-        markdown(experiment, rows, metric).as_bytes(),
+        table::markdown(experiment, rows, metric).as_bytes(),
     )?;
-    write_atomic(&experiment.dir.join("results.csv"), csv(rows).as_bytes())
+    write_atomic(
+        &experiment.dir.join("results.csv"),
+        table::csv(rows).as_bytes(),
+    )
 }
 
 /// The rows of the experiment's finished runs, in its order.
