@@ -113,8 +113,12 @@ impl OperatorInputs {
         };
         let grad = device.is_autodiff();
         let leaf = |t: Tensor<4>| if grad { t.require_grad() } else { t };
-        let log_g = fixed_log_gates(&multi_scale_decay(heads), time, device)
-            .expect("the multi-scale decay lies in (0, 1)");
+        let log_g = fixed_log_gates(
+            &multi_scale_decay(heads, hla::DEFAULT_DECAY_BASE),
+            time,
+            device,
+        )
+        .expect("the multi-scale decay lies in (0, 1)");
         Self {
             q: leaf(uniform(d)),
             k: leaf(uniform(d)),

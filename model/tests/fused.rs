@@ -8,7 +8,7 @@ mod common;
 use burn::module::{ModuleVisitor, Param};
 use burn::prelude::*;
 use common::{MIXERS, Rng, devices, rel_rms, tiny};
-use hla_model::lm::{DecayKind, FeatureMap, Lm, LmConfig, MixerKind};
+use hla_model::lm::{DecayKind, FeatureMap, Lm, LmConfig, MixerKind, MlpKind, NormKind, Positions};
 
 /// The tiny model of every case, with options changed one at a time.
 fn configs() -> Vec<LmConfig> {
@@ -19,6 +19,10 @@ fn configs() -> Vec<LmConfig> {
             base.clone(),
             base.clone().with_short_conv(0).with_tie_embeddings(false),
             base.clone().with_mlp(false).with_segment_size(16),
+            base.clone()
+                .with_positions(Positions::Learned)
+                .with_norm(NormKind::Layer)
+                .with_mlp_kind(MlpKind::Gelu),
         ]);
         if mixer != MixerKind::Softmax {
             out.extend([

@@ -7,7 +7,7 @@ use burn::module::{ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{MIXERS, Rng, TOL, devices, rel_rms, tiny};
-use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind};
+use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind, MlpKind, NormKind, Positions};
 
 /// The options a mixer can take, each changed from the defaults on its own.
 fn variants(mixer: MixerKind) -> Vec<LmConfig> {
@@ -15,6 +15,11 @@ fn variants(mixer: MixerKind) -> Vec<LmConfig> {
     let mut out = vec![
         base.clone(),
         base.clone().with_short_conv(0),
+        // GPT-2's recipe: learned positions, LayerNorm, GELU MLP.
+        base.clone()
+            .with_positions(Positions::Learned)
+            .with_norm(NormKind::Layer)
+            .with_mlp_kind(MlpKind::Gelu),
         // Mixers only; passes of 8 tokens (two chunks of 4) carrying the state.
         base.clone()
             .with_mlp(false)
@@ -25,6 +30,8 @@ fn variants(mixer: MixerKind) -> Vec<LmConfig> {
         out.extend([
             base.clone().with_decay(DecayKind::Gated),
             base.clone().with_decay(DecayKind::None),
+            // The strongest fixed decay the sweeps use: γ = 1/2, 3/4.
+            base.clone().with_decay_base(1.0),
             base.clone().with_shared_keys(true).with_output_gate(true),
             base.clone()
                 .with_normalize(true)
@@ -149,9 +156,10 @@ fn every_parameter_learns() {
     }
 }
 
-/// Parameters: embedding, per block two RMSNorms, q/k/v/out projections, the short
-/// convolution, gate, output norm and gate when on, and the SwiGLU MLP; a final RMSNorm;
-/// the head when untied.
+/// Parameters: embedding, learned positions when on, per block two norms (a gain each: the
+/// LayerNorm has no bias), q/k/v/out projections, the short convolution, gate, output norm
+/// and gate when on, and the MLP (SwiGLU: three matrices, GELU: two); a final norm; the
+/// head when untied.
 fn expected_params(c: &LmConfig) -> usize {
     let (v, d, h) = (c.vocab_size, c.d_model, c.n_heads);
     let d_head = d / h;
@@ -174,10 +182,22 @@ fn expected_params(c: &LmConfig) -> usize {
     };
     let out_gate = if c.output_gate { d * d } else { 0 };
     let mixer = 3 * d * d + d * d_k + conv + gate + out_norm + out_gate;
-    let mlp = if c.mlp { d + 3 * d * c.d_ff() } else { 0 };
+    let matrices = match c.mlp_kind {
+        MlpKind::Swiglu => 3,
+        MlpKind::Gelu => 2,
+    };
+    let mlp = if c.mlp {
+        d + matrices * d * c.d_ff()
+    } else {
+        0
+    };
     let block = d + mixer + mlp;
     let head = if c.tie_embeddings { 0 } else { v * d };
-    v * d + c.n_layers * block + d + head
+    let positions = match c.positions {
+        Positions::Rope => 0,
+        Positions::Learned => c.max_seq_len * d,
+    };
+    v * d + positions + c.n_layers * block + d + head
 }
 
 #[test]
@@ -199,6 +219,7 @@ fn parameter_count_matches_formula() {
     // nanoGPT's CPU shape (4 layers, width 128, vocab 65) with the defaults.
     let config = LmConfig::new(65);
     assert_eq!(config.d_ff(), 352);
+    assert_eq!(config.clone().with_mlp_kind(MlpKind::Gelu).d_ff(), 512);
     assert_eq!(config.init(device).num_params(), expected_params(&config));
 }
 
@@ -244,6 +265,11 @@ fn invalid_configs_name_the_key() {
         (tiny(MixerKind::Hla2).with_n_heads(3), "n_heads"),
         (tiny(MixerKind::Hla2).with_chunk_size(0), "chunk_size"),
         (tiny(MixerKind::Hla2).with_short_conv(1), "short_conv"),
+        (tiny(MixerKind::Hla2).with_decay_base(0.0), "decay_base"),
+        (
+            tiny(MixerKind::Linear).with_decay_base(f64::NAN),
+            "decay_base",
+        ),
         (tiny(MixerKind::Hla2).with_dropout(1.5), "dropout"),
         (tiny(MixerKind::Softmax).with_n_heads(32), "n_heads"),
     ];
@@ -252,6 +278,27 @@ fn invalid_configs_name_the_key() {
         assert!(err.starts_with(key), "{err}");
     }
     assert!(tiny(MixerKind::Hla2).validate().is_ok());
+}
+
+/// `decay_base` reaches the fixed decay: the same weights give other logits under another
+/// base, and the same logits when the decay is off.
+#[test]
+fn decay_base_sets_the_fixed_decay() {
+    let device = devices()[0].clone();
+    let ids = tokens(&mut Rng::new(5), 1, 16, 37, &device);
+    for (decay, differs) in [(DecayKind::Fixed, true), (DecayKind::None, false)] {
+        let config = |base: f64| {
+            tiny(MixerKind::Hla2)
+                .with_decay(decay)
+                .with_decay_base(base)
+        };
+        let strong = config(1.0).init(&device);
+        let weak = config(5.0)
+            .init(&device)
+            .load_record(strong.clone().into_record());
+        let err = rel_rms(&strong.forward(ids.clone()), &weak.forward(ids.clone()));
+        assert_eq!(err > 1e-3, differs, "{decay:?}: relative change {err:.2e}");
+    }
 }
 
 /// The defaults train stably at T = 1024: a few AdamW steps on a repeating text lower the

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use anyhow::{Context, Result, bail};
 use hla_data::config::{DataConfig, Task};
-use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind};
+use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind, MlpKind, NormKind, Positions};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -34,6 +34,7 @@ pub struct ModelSection {
     pub feature_map: Option<FeatureMap>,
     #[serde(with = "by_name")]
     pub decay: DecayKind,
+    pub decay_base: f64,
     pub short_conv: usize,
     pub output_norm: bool,
     pub output_gate: bool,
@@ -42,7 +43,13 @@ pub struct ModelSection {
     pub chunk_size: usize,
     pub segment_size: usize,
     pub mlp: bool,
+    #[serde(with = "by_name")]
+    pub mlp_kind: MlpKind,
     pub d_ff: usize,
+    #[serde(with = "by_name")]
+    pub norm: NormKind,
+    #[serde(with = "by_name")]
+    pub positions: Positions,
     pub dropout: f64,
     pub tie_embeddings: bool,
     pub max_seq_len: usize,
@@ -59,6 +66,7 @@ impl Default for ModelSection {
             n_heads: c.n_heads,
             feature_map: c.feature_map,
             decay: c.decay,
+            decay_base: c.decay_base,
             short_conv: c.short_conv,
             output_norm: c.output_norm,
             output_gate: c.output_gate,
@@ -67,7 +75,10 @@ impl Default for ModelSection {
             chunk_size: c.chunk_size,
             segment_size: c.segment_size,
             mlp: c.mlp,
+            mlp_kind: c.mlp_kind,
             d_ff: c.d_ff,
+            norm: c.norm,
+            positions: c.positions,
             dropout: c.dropout,
             tie_embeddings: c.tie_embeddings,
             max_seq_len: c.max_seq_len,
@@ -86,6 +97,7 @@ impl ModelSection {
             n_heads: self.n_heads,
             feature_map: self.feature_map,
             decay: self.decay,
+            decay_base: self.decay_base,
             short_conv: self.short_conv,
             output_norm: self.output_norm,
             output_gate: self.output_gate,
@@ -94,7 +106,10 @@ impl ModelSection {
             chunk_size: self.chunk_size,
             segment_size: self.segment_size,
             mlp: self.mlp,
+            mlp_kind: self.mlp_kind,
             d_ff: self.d_ff,
+            norm: self.norm,
+            positions: self.positions,
             dropout: self.dropout,
             tie_embeddings: self.tie_embeddings,
             max_seq_len: self.max_seq_len,
@@ -243,10 +258,12 @@ impl RunConfig {
             );
         }
         let longest = self.sequence_length()?;
-        if self.model.mixer == MixerKind::Softmax && longest > self.model.max_seq_len {
+        if let Some(limit) = self.model.lm_config(1).position_limit()
+            && longest > limit
+        {
             bail!(
-                "the context ({longest} tokens) is longer than model.max_seq_len ({}) of this softmax model",
-                self.model.max_seq_len
+                "the context ({longest} tokens) is longer than model.max_seq_len ({limit}) of this \
+                 model (softmax attention's RoPE table or learned positions)",
             );
         }
         Ok(())
@@ -314,23 +331,19 @@ trait Named: FromStr<Err = String> + Sized {
     fn config_name(&self) -> &'static str;
 }
 
-impl Named for MixerKind {
-    fn config_name(&self) -> &'static str {
-        self.name()
-    }
+macro_rules! named {
+    ($($ty:ty),+) => {
+        $(impl Named for $ty {
+            fn config_name(&self) -> &'static str {
+                self.name()
+            }
+        })+
+    };
 }
 
-impl Named for FeatureMap {
-    fn config_name(&self) -> &'static str {
-        self.name()
-    }
-}
-
-impl Named for DecayKind {
-    fn config_name(&self) -> &'static str {
-        self.name()
-    }
-}
+named!(
+    MixerKind, FeatureMap, DecayKind, MlpKind, NormKind, Positions
+);
 
 mod by_name {
     use super::*;
@@ -434,6 +447,11 @@ mod tests {
             ("model.chunk_size=0", "model.chunk_size must be at least 1"),
             ("train.lr=-1", "train.lr must be positive and finite"),
             ("train.context=5000", "longer than model.max_seq_len"),
+            (
+                "model.decay_base=-1",
+                "model.decay_base must be positive and finite",
+            ),
+            ("model.norm=\"batch\"", "\"batch\" is not one of rms, layer"),
         ] {
             let mut sets = vec![set.to_string()];
             if set.starts_with("train.context") {
@@ -442,6 +460,12 @@ mod tests {
             let err = RunConfig::parse(FILE, &sets).unwrap_err().to_string();
             assert!(err.contains(message), "{set}: {err}");
         }
+        let learned = ["train.context=5000", "model.positions=\"learned\""].map(String::from);
+        let err = RunConfig::parse(FILE, &learned).unwrap_err().to_string();
+        assert!(
+            err.contains("longer than model.max_seq_len (4096)"),
+            "{err}"
+        );
     }
 
     #[test]

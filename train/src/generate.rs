@@ -58,6 +58,17 @@ pub fn run(args: &Args) -> Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
+    let lm_config = config.model.lm_config(tokenizer.vocab_size());
+    if let Some(limit) = lm_config.position_limit()
+        && prompt.len() + args.max_tokens > limit
+    {
+        bail!(
+            "the prompt ({} tokens) and --max-tokens {} run past the {limit} positions of this \
+             model (model.max_seq_len of softmax attention's RoPE table or learned positions)",
+            prompt.len(),
+            args.max_tokens
+        );
+    }
     let ids: Vec<i64> = prompt.iter().map(|&t| t.into()).collect();
     let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, prompt.len()]), &device);
     let mut state = lm.init_state(1);

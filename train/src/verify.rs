@@ -6,7 +6,8 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use hla_model::compare::relative_rms_error;
 use hla_model::hla::{
-    Form, HlaInput, HlaState, Order, Output, fixed_log_gates, forward, multi_scale_decay,
+    DEFAULT_DECAY_BASE, Form, HlaInput, HlaState, Order, Output, fixed_log_gates, forward,
+    multi_scale_decay,
 };
 
 /// Largest relative RMS error allowed in f32.
@@ -45,7 +46,7 @@ pub fn run(args: &Args) -> Result<()> {
     let device = crate::device::parse(&args.device)?;
     device.seed(args.seed);
     let (t, h, d) = (args.time as usize, args.heads as usize, args.dim as usize);
-    let log_g = fixed_log_gates(&multi_scale_decay(h), t, &device)?;
+    let log_g = fixed_log_gates(&multi_scale_decay(h, DEFAULT_DECAY_BASE), t, &device)?;
     let scale = 1.0 / (d as f64).sqrt();
     let normal =
         |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, scale), &device);

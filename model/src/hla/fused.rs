@@ -241,7 +241,7 @@ mod tests {
 
     use super::*;
     use crate::compare::relative_rms_error;
-    use crate::hla::{first, fixed_log_gates, multi_scale_decay, second};
+    use crate::hla::{DEFAULT_DECAY_BASE, first, fixed_log_gates, multi_scale_decay, second};
 
     /// The fused and the composed forms of one order on the same input and initial state:
     /// `(o, final state)`.
@@ -310,7 +310,14 @@ mod tests {
                 for time in [1, 17, 64, 130] {
                     let gates = [
                         None,
-                        Some(fixed_log_gates(&multi_scale_decay(h), time, &device).unwrap()),
+                        Some(
+                            fixed_log_gates(
+                                &multi_scale_decay(h, DEFAULT_DECAY_BASE),
+                                time,
+                                &device,
+                            )
+                            .unwrap(),
+                        ),
                         Some(Tensor::random(
                             [b, h, time],
                             Distribution::Uniform(-0.3, 0.0),

@@ -102,9 +102,15 @@ impl HlaInput {
     }
 }
 
-/// RetNet's multi-scale decay, `γ_h = 1 − 2^(−5−h)` for heads `h = 0, 1, …`.
-pub fn multi_scale_decay(heads: usize) -> Vec<f64> {
-    (0..heads).map(|h| 1.0 - 2f64.powi(-5 - h as i32)).collect()
+/// The base `b` of RetNet's multi-scale decay.
+pub const DEFAULT_DECAY_BASE: f64 = 5.0;
+
+/// A multi-scale decay, `γ_h = 1 − 2^(−b−h)` for heads `h = 0, 1, …` (RetNet: `b = 5`):
+/// head `h` forgets on a scale of about `2^(b+h)` tokens.
+pub fn multi_scale_decay(heads: usize, base: f64) -> Vec<f64> {
+    (0..heads)
+        .map(|h| 1.0 - 2f64.powf(-base - h as f64))
+        .collect()
 }
 
 /// Log gates `[1, heads, time]` of a fixed decay `γ_h` per head.
@@ -128,5 +134,18 @@ fn shape_error(name: &'static str, got: &[usize], expected: String) -> HlaError 
         name,
         got: got.to_vec(),
         expected,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_scale_decay_follows_its_base() {
+        let retnet: Vec<f64> = (5..9).map(|e| 1.0 - 1.0 / f64::from(1 << e)).collect();
+        assert_eq!(multi_scale_decay(4, DEFAULT_DECAY_BASE), retnet);
+        assert_eq!(multi_scale_decay(3, 1.0), [0.5, 0.75, 0.875]);
+        assert_eq!(multi_scale_decay(1, 2.5), [1.0 - 2f64.powf(-2.5)]);
     }
 }

@@ -41,7 +41,7 @@ mod spans;
 mod state;
 pub mod third;
 
-pub use input::{HlaError, HlaInput, fixed_log_gates, multi_scale_decay};
+pub use input::{DEFAULT_DECAY_BASE, HlaError, HlaInput, fixed_log_gates, multi_scale_decay};
 pub use normalize::{Output, sign_preserving_clamp};
 pub use state::HlaState;
 

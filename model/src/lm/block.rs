@@ -1,17 +1,19 @@
 //! A pre-norm block: `x + mixer(norm(x))`, then `x + mlp(norm(x))` when it has an MLP.
 
-use burn::nn::{Dropout, DropoutConfig, RmsNorm, RmsNormConfig};
+use burn::nn::{Dropout, DropoutConfig, LayerNorm, RmsNorm};
 use burn::prelude::*;
 
 use super::LmConfig;
 use super::mixer::{Mixer, MixerState};
 use super::mlp::Mlp;
-use super::norm::rms_norm;
+use super::norm::{either, pre_norm};
 use crate::hla::Form;
 
 #[derive(Module, Debug)]
 pub struct Block {
-    mixer_norm: RmsNorm,
+    /// The mixer's pre-norm: one of the two, by `LmConfig::norm`.
+    mixer_norm: Option<RmsNorm>,
+    mixer_layer_norm: Option<LayerNorm>,
     mixer: Mixer,
     mlp: Option<Mlp>,
     dropout: Dropout,
@@ -19,8 +21,10 @@ pub struct Block {
 
 impl Block {
     pub fn new(config: &LmConfig, device: &Device) -> Self {
+        let (mixer_norm, mixer_layer_norm) = pre_norm(config.norm, config.d_model, device);
         Self {
-            mixer_norm: RmsNormConfig::new(config.d_model).init(device),
+            mixer_norm,
+            mixer_layer_norm,
             mixer: Mixer::new(config, device),
             mlp: config.mlp.then(|| Mlp::new(config, device)),
             dropout: DropoutConfig::new(config.dropout).init(),
@@ -34,9 +38,11 @@ impl Block {
         state: Option<MixerState>,
         form: Form,
     ) -> (Tensor<3>, MixerState) {
-        let (mixed, state) = self
-            .mixer
-            .forward(rms_norm(&self.mixer_norm, x.clone()), state, form);
+        let (mixed, state) = self.mixer.forward(
+            either(&self.mixer_norm, &self.mixer_layer_norm, x.clone()),
+            state,
+            form,
+        );
         let x = x + self.dropout.forward(mixed);
         let x = match &self.mlp {
             Some(mlp) => x.clone() + self.dropout.forward(mlp.forward(x)),

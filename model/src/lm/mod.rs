@@ -17,8 +17,7 @@ pub use mixer::MixerState;
 
 use burn::module::Initializer;
 use burn::nn::{
-    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm,
-    RmsNormConfig,
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, Linear, LinearConfig, RmsNorm,
 };
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
@@ -58,10 +57,41 @@ pub enum FeatureMap {
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum DecayKind {
     None,
-    /// Fixed multi-scale decay per head, `γ_h = 1 − 2^(−5−h)` (RetNet).
+    /// Fixed multi-scale decay per head, `γ_h = 1 − 2^(−b−h)` with `b = decay_base` (RetNet:
+    /// `b = 5`).
     Fixed,
     /// Data-dependent gate per head and token, `log g = log σ(W x) / 16`.
     Gated,
+}
+
+/// Where the model takes token positions from.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum Positions {
+    /// RoPE inside softmax attention; HLA and linear attention take order from their
+    /// recurrence (and the short convolution) and get no position signal.
+    Rope,
+    /// GPT-2's learned absolute positions, `max_seq_len` of them, added to the token
+    /// embedding, for every mixer (softmax attention without RoPE).
+    Learned,
+}
+
+/// The feed-forward after each mixer.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum MlpKind {
+    /// `down(silu(W₁ x) ⊙ W₂ x)`, hidden width 8/3 of d_model by default.
+    Swiglu,
+    /// GPT-2's `down(gelu(W x))` (tanh-free, exact GELU), hidden width 4·d_model by default.
+    Gelu,
+}
+
+/// The norm before each mixer and MLP and before the output head (the per-head output norm
+/// of HLA and linear attention stays an RMSNorm).
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum NormKind {
+    /// RMSNorm, ε = 1e-5.
+    Rms,
+    /// LayerNorm without bias (nanoGPT's), ε = 1e-5.
+    Layer,
 }
 
 /// `name()` and `FromStr` by the lowercase names config files use.
@@ -93,6 +123,9 @@ macro_rules! names {
 names!(MixerKind { Hla2 => "hla2", Hla3 => "hla3", Ahla => "ahla", Linear => "linear", Softmax => "softmax" });
 names!(FeatureMap { L2 => "l2", Scale => "scale", EluPlusOne => "elu_plus_one", Identity => "identity" });
 names!(DecayKind { None => "none", Fixed => "fixed", Gated => "gated" });
+names!(Positions { Rope => "rope", Learned => "learned" });
+names!(MlpKind { Swiglu => "swiglu", Gelu => "gelu" });
+names!(NormKind { Rms => "rms", Layer => "layer" });
 
 /// A language-model configuration; the defaults are the recipe that trains best in
 /// `shared/reference/hla-training-notes.md` (L2 q/k, fixed multi-scale decay, short
@@ -113,6 +146,10 @@ pub struct LmConfig {
     pub feature_map: Option<FeatureMap>,
     #[config(default = "DecayKind::Fixed")]
     pub decay: DecayKind,
+    /// `b` of the fixed decay `γ_h = 1 − 2^(−b−h)`: head `h` forgets on a scale of about
+    /// `2^(b+h)` tokens.
+    #[config(default = 5.0)]
+    pub decay_base: f64,
     /// Kernel of the short causal convolution on q, k, v; 0 turns it off.
     #[config(default = 4)]
     pub short_conv: usize,
@@ -135,17 +172,24 @@ pub struct LmConfig {
     /// whole sequence in one pass, the fastest (the segment sweep of `hla bench`).
     #[config(default = 0)]
     pub segment_size: usize,
-    /// A SwiGLU MLP after each mixer; `false`: mixers only (Zoology's MQAR models).
+    /// An MLP after each mixer; `false`: mixers only (Zoology's MQAR models).
     #[config(default = true)]
     pub mlp: bool,
-    /// Hidden width of the SwiGLU MLP; 0: 8/3 of d_model, rounded up to a multiple of 16.
+    #[config(default = "MlpKind::Swiglu")]
+    pub mlp_kind: MlpKind,
+    /// Hidden width of the MLP; 0: 8/3 of d_model rounded up to a multiple of 16 (SwiGLU),
+    /// 4·d_model (GELU).
     #[config(default = 0)]
     pub d_ff: usize,
+    #[config(default = "NormKind::Rms")]
+    pub norm: NormKind,
+    #[config(default = "Positions::Rope")]
+    pub positions: Positions,
     #[config(default = 0.0)]
     pub dropout: f64,
     #[config(default = true)]
     pub tie_embeddings: bool,
-    /// Longest sequence of a softmax model (its RoPE table).
+    /// Longest sequence of a softmax model (its RoPE table) or of learned positions.
     #[config(default = 4096)]
     pub max_seq_len: usize,
     /// Standard deviation of the initial weights (nanoGPT, fla: 0.02).
@@ -190,6 +234,9 @@ impl LmConfig {
                 &self.n_heads,
             );
         }
+        if !(self.decay_base.is_finite() && self.decay_base > 0.0) {
+            return fail("decay_base", "positive and finite", &self.decay_base);
+        }
         if self.short_conv == 1 {
             return fail(
                 "short_conv",
@@ -218,14 +265,21 @@ impl LmConfig {
             mean: 0.0,
             std: self.init_std,
         };
+        let (norm, layer_norm) = norm::pre_norm(self.norm, self.d_model, device);
         Lm {
             embedding: EmbeddingConfig::new(self.vocab_size, self.d_model)
                 .with_initializer(normal.clone())
                 .init(device),
+            positions: (self.positions == Positions::Learned).then(|| {
+                EmbeddingConfig::new(self.max_seq_len, self.d_model)
+                    .with_initializer(normal.clone())
+                    .init(device)
+            }),
             blocks: (0..self.n_layers)
                 .map(|_| Block::new(self, device))
                 .collect(),
-            norm: RmsNormConfig::new(self.d_model).init(device),
+            norm,
+            layer_norm,
             head: (!self.tie_embeddings).then(|| {
                 LinearConfig::new(self.d_model, self.vocab_size)
                     .with_bias(false)
@@ -237,13 +291,20 @@ impl LmConfig {
         }
     }
 
-    /// The SwiGLU hidden width.
+    /// The MLP's hidden width.
     pub fn d_ff(&self) -> usize {
-        if self.d_ff > 0 {
-            self.d_ff
-        } else {
-            (8 * self.d_model).div_ceil(3).div_ceil(16) * 16
+        match (self.d_ff, self.mlp_kind) {
+            (0, MlpKind::Swiglu) => (8 * self.d_model).div_ceil(3).div_ceil(16) * 16,
+            (0, MlpKind::Gelu) => 4 * self.d_model,
+            (d_ff, _) => d_ff,
         }
+    }
+
+    /// The longest sequence the model can run (`None`: any), a limit of RoPE's table and
+    /// of learned positions.
+    pub fn position_limit(&self) -> Option<usize> {
+        (self.mixer == MixerKind::Softmax || self.positions == Positions::Learned)
+            .then_some(self.max_seq_len)
     }
 
     /// Initial std of the projections that write into the residual stream, scaled by
@@ -256,8 +317,12 @@ impl LmConfig {
 #[derive(Module, Debug)]
 pub struct Lm {
     embedding: Embedding,
+    /// Learned absolute positions, `[max_seq_len, d_model]`.
+    positions: Option<Embedding>,
     blocks: Vec<Block>,
-    norm: RmsNorm,
+    /// The final norm: one of the two, by `LmConfig::norm`.
+    norm: Option<RmsNorm>,
+    layer_norm: Option<LayerNorm>,
     /// `None`: tied to the embedding.
     head: Option<Linear>,
     dropout: Dropout,
@@ -343,20 +408,43 @@ impl Lm {
         self.blocks[0].state_size(context, &device)
     }
 
+    /// Rows `start..start + time` of the learned positions, `[1, time, d_model]`.
+    ///
+    /// # Panics
+    ///
+    /// Past the table's `max_seq_len` rows (callers check `LmConfig::position_limit`).
+    fn position_rows(&self, positions: &Embedding, start: usize, time: usize) -> Tensor<3> {
+        let limit = positions.weight.dims()[0];
+        assert!(
+            start + time <= limit,
+            "positions {start}..{} are past the {limit} learned positions (model.max_seq_len)",
+            start + time
+        );
+        positions
+            .weight
+            .val()
+            .narrow(0, start, time)
+            .unsqueeze_dim(0)
+    }
+
     fn run(&self, tokens: Tensor<2, Int>, state: &mut LmState, form: Form) -> Tensor<3> {
         let [batch, time] = tokens.dims();
         assert_eq!(
             batch, state.batch,
             "the state was made for another batch size"
         );
-        let mut x = self.dropout.forward(self.embedding.forward(tokens));
+        let mut x = self.embedding.forward(tokens);
+        if let Some(positions) = &self.positions {
+            x = x + self.position_rows(positions, state.position, time);
+        }
+        let mut x = self.dropout.forward(x);
         for (block, layer) in self.blocks.iter().zip(state.layers.iter_mut()) {
             let (y, next) = block.forward(x, layer.take(), form);
             x = y;
             *layer = Some(next);
         }
         state.position += time;
-        let x = norm::rms_norm(&self.norm, x);
+        let x = norm::either(&self.norm, &self.layer_norm, x);
         match &self.head {
             Some(head) => linear::linear(head, x),
             None => linear::project_transposed(x, self.embedding.weight.val()),

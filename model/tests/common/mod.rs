@@ -175,7 +175,8 @@ impl Case {
         let log_g = match self.gates {
             Gates::None => None,
             Gates::Fixed => {
-                let gammas = hla_model::hla::multi_scale_decay(h);
+                let gammas =
+                    hla_model::hla::multi_scale_decay(h, hla_model::hla::DEFAULT_DECAY_BASE);
                 Some(hla_model::hla::fixed_log_gates(&gammas, t, device).unwrap())
             }
             Gates::Data { lo } => {

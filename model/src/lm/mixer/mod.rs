@@ -18,7 +18,7 @@ use super::attention::causal_attention;
 use super::conv::{ShortConv, ShortConvConfig};
 use super::linear::{linear, project};
 use super::norm::rms_norm;
-use super::{DecayKind, FeatureMap, LmConfig, MixerKind};
+use super::{DecayKind, FeatureMap, LmConfig, MixerKind, Positions};
 use crate::hla::{
     self, Form, HlaInput, HlaState, Order, Output, fixed_log_gates, multi_scale_decay,
 };
@@ -53,6 +53,8 @@ struct Settings {
     kind: MixerKind,
     feature_map: FeatureMap,
     decay: DecayKind,
+    /// `b` of the fixed decay `γ_h = 1 − 2^(−b−h)`.
+    decay_base: f64,
     heads: usize,
     d_head: usize,
     output: Output,
@@ -104,7 +106,7 @@ impl Mixer {
                 .then(|| RmsNormConfig::new(d_head).init(device)),
             out_gate: config.output_gate.then(|| linear_layer(d, d, std, device)),
             out: linear_layer(d, d, config.residual_std(), device),
-            rope: (kind == MixerKind::Softmax)
+            rope: (kind == MixerKind::Softmax && config.positions == Positions::Rope)
                 .then(|| RotaryEncodingConfig::new(config.max_seq_len, d_head).init(device)),
             settings: Settings {
                 kind,
@@ -113,6 +115,7 @@ impl Mixer {
                     _ => FeatureMap::L2,
                 }),
                 decay: config.decay,
+                decay_base: config.decay_base,
                 heads,
                 d_head,
                 output: if config.normalize {
@@ -158,8 +161,7 @@ impl Mixer {
             && memory.is_none()
             && crate::fused::applies(&qkv)
         {
-            let rope = self.rope.as_ref().expect("softmax mixers have RoPE");
-            let table = rope.freq_complex.clone().narrow(0, 0, qkv.dims()[1]);
+            let table = self.rope_table(qkv.dims()[1], &qkv.device());
             let o = tokens::attention::forward(qkv.clone(), table, self.settings.heads);
             let memory = Memory::Projected(qkv);
             return (self.output(&x, o), MixerState { conv, memory });
@@ -234,9 +236,8 @@ impl Mixer {
         let (h, dh) = (s.heads, s.d_head);
         let device = qkv.device();
         let log_g = match s.decay {
-            DecayKind::Fixed => {
-                fixed_log_gates(&multi_scale_decay(h), t, &device).expect("γ in (0, 1)")
-            }
+            DecayKind::Fixed => fixed_log_gates(&multi_scale_decay(h, s.decay_base), t, &device)
+                .expect("γ in (0, 1)"),
             _ => Tensor::zeros([1, 1, t], &device),
         };
         let state = match memory {
@@ -296,7 +297,7 @@ impl Mixer {
                 Some(log_sigmoid(linear(gate, x.clone())).swap_dims(1, 2) / GATE_TEMPERATURE)
             }
             (None, DecayKind::Fixed) => Some(
-                fixed_log_gates(&multi_scale_decay(s.heads), time, &q.device())
+                fixed_log_gates(&multi_scale_decay(s.heads, s.decay_base), time, &q.device())
                     .expect("γ in (0, 1)"),
             ),
             (None, _) => None,
@@ -320,23 +321,42 @@ impl Mixer {
         v: Tensor<4>,
         memory: Option<Memory>,
     ) -> (Tensor<4>, Memory) {
-        let rope = self.rope.as_ref().expect("softmax mixers have RoPE");
+        let rope = |x: Tensor<4>, start| match &self.rope {
+            Some(rope) => rope.apply(x, start),
+            None => x,
+        };
         let (past_k, past_v) = match memory {
             None => (None, None),
             Some(Memory::Cache { k, v }) => (Some(k), Some(v)),
             Some(Memory::Projected(qkv)) => {
                 let widths = [0, 1, 2].map(|_| qkv.dims()[2] / 3);
                 let (_, k, v) = split3(qkv, widths);
-                (Some(rope.apply(self.heads(k), 0)), Some(self.heads(v)))
+                (Some(rope(self.heads(k), 0)), Some(self.heads(v)))
             }
             Some(Memory::Recurrent(_)) => unreachable!("a recurrent state passed to softmax"),
         };
         let start = past_k.as_ref().map_or(0, |k| k.dims()[2]);
-        let (q, k) = (rope.apply(q, start), rope.apply(k, start));
+        let (q, k) = (rope(q, start), rope(k, start));
         let k = past_k.map_or(k.clone(), |past| Tensor::cat(vec![past, k], 2));
         let v = past_v.map_or(v.clone(), |past| Tensor::cat(vec![past, v], 2));
         let o = causal_attention(q, k.clone(), v.clone(), start);
         (o, Memory::Cache { k, v })
+    }
+
+    /// RoPE's `(cos, sin)` table for positions `0..time`, `[time, d_head, 2]`; without RoPE
+    /// (learned positions) the identity rotation, so the fused kernel serves both.
+    #[cfg(any(feature = "ndarray", feature = "flex"))]
+    fn rope_table(&self, time: usize, device: &Device) -> Tensor<3> {
+        match &self.rope {
+            Some(rope) => rope.freq_complex.clone().narrow(0, 0, time),
+            None => {
+                let part = [time, self.settings.d_head, 1];
+                Tensor::cat(
+                    vec![Tensor::ones(part, device), Tensor::zeros(part, device)],
+                    2,
+                )
+            }
+        }
     }
 
     /// Floats per sequence this layer carries after `context` tokens (the KV cache of

@@ -1,23 +1,27 @@
-//! The SwiGLU feed-forward after its pre-norm, `down(silu(W₁ x) ⊙ W₂ x)`: `W₁` and `W₂` as
-//! one projection `[W₁ | W₂]`, whose gate `silu(a) ⊙ b` runs as one fused kernel on CPU
-//! devices ([`fused`]).
+//! The feed-forward after its pre-norm: SwiGLU, `down(silu(W₁ x) ⊙ W₂ x)`, with `W₁` and
+//! `W₂` as one projection `[W₁ | W₂]` whose gate `silu(a) ⊙ b` runs as one fused kernel on
+//! CPU devices ([`fused`]); or GPT-2's `down(gelu(W x))`.
 
 pub(crate) mod fused;
 
 use burn::module::Initializer;
-use burn::nn::{Linear, LinearConfig, RmsNorm, RmsNormConfig, SwiGlu, SwiGluConfig};
+use burn::nn::{LayerNorm, Linear, LinearConfig, RmsNorm, SwiGlu, SwiGluConfig};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
+use burn::tensor::activation::{gelu, silu};
 
-use super::LmConfig;
 use super::linear::{linear, project};
-use super::norm::rms_norm;
+use super::norm::{either, pre_norm};
+use super::{LmConfig, MlpKind};
 
 #[derive(Module, Debug)]
 pub struct Mlp {
-    norm: RmsNorm,
-    /// `W₁` (`linear_inner`, under the SiLU) and `W₂` (`linear_outer`).
-    up: SwiGlu,
+    /// The pre-norm: one of the two, by `LmConfig::norm`.
+    norm: Option<RmsNorm>,
+    layer_norm: Option<LayerNorm>,
+    /// SwiGLU's `W₁` (`linear_inner`, under the SiLU) and `W₂` (`linear_outer`).
+    up: Option<SwiGlu>,
+    /// GELU's `W`.
+    fc: Option<Linear>,
     down: Linear,
 }
 
@@ -25,11 +29,22 @@ impl Mlp {
     pub fn new(config: &LmConfig, device: &Device) -> Self {
         let (d, d_ff) = (config.d_model, config.d_ff());
         let normal = |std| Initializer::Normal { mean: 0.0, std };
+        let (norm, layer_norm) = pre_norm(config.norm, d, device);
+        let swiglu = config.mlp_kind == MlpKind::Swiglu;
         Self {
-            norm: RmsNormConfig::new(d).init(device),
-            up: SwiGluConfig::new(d, d_ff)
-                .with_initializer(normal(config.init_std))
-                .init(device),
+            norm,
+            layer_norm,
+            up: swiglu.then(|| {
+                SwiGluConfig::new(d, d_ff)
+                    .with_initializer(normal(config.init_std))
+                    .init(device)
+            }),
+            fc: (!swiglu).then(|| {
+                LinearConfig::new(d, d_ff)
+                    .with_bias(false)
+                    .with_initializer(normal(config.init_std))
+                    .init(device)
+            }),
             down: LinearConfig::new(d_ff, d)
                 .with_bias(false)
                 .with_initializer(normal(config.residual_std()))
@@ -39,15 +54,16 @@ impl Mlp {
 
     /// `x [batch, time, d_model]` → same shape.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let x = rms_norm(&self.norm, x);
-        let up = Tensor::cat(
-            vec![
-                self.up.linear_inner.weight.val(),
-                self.up.linear_outer.weight.val(),
-            ],
-            1,
-        );
-        linear(&self.down, swiglu(project(x, up)))
+        let x = either(&self.norm, &self.layer_norm, x);
+        let hidden = match (&self.up, &self.fc) {
+            (Some(up), _) => {
+                let w = [&up.linear_inner, &up.linear_outer].map(|l| l.weight.val());
+                swiglu(project(x, Tensor::cat(w.into(), 1)))
+            }
+            (None, Some(fc)) => gelu(linear(fc, x)),
+            (None, None) => unreachable!("an MLP has SwiGLU or GELU weights"),
+        };
+        linear(&self.down, hidden)
     }
 }
 
