@@ -2,55 +2,17 @@
 //! checkpoints → eval (recurrent == chunked) → generate → export (safetensors reload gives
 //! the same logits) → resume.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use burn::module::Module;
 use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use hla_model::lm::LmConfig;
 
-fn hla(data_dir: &Path, args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
-        .args(args)
-        .env("HLA_DATA_DIR", data_dir)
-        .env("HLA_CACHE_DIR", data_dir.join("cache"))
-        .output()
-        .expect("the hla binary runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
-    output
-}
-
-fn ok(data_dir: &Path, args: &[&str]) -> String {
-    let output = hla(data_dir, args);
-    assert!(
-        output.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8 output")
-}
-
-fn tiny_config(dir: &Path, mixer: &str) -> std::path::PathBuf {
-    let corpus = dir.join("corpus.txt");
-    let words = [
-        "the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far",
-    ];
-    let text: Vec<&str> = (0..4000)
-        .map(|i| words[(i * 7 + i / 3) % words.len()])
-        .collect();
-    std::fs::write(&corpus, text.join(" ")).unwrap();
-    let config = dir.join(format!("tiny-{mixer}.toml"));
-    let toml = format!(
-        "[model]\nmixer = \"{mixer}\"\nd_model = 32\nn_layers = 1\nn_heads = 2\nchunk_size = 16\n\n\
-         [data]\ncorpus = \"{}\"\n\n\
-         [train]\ncontext = 32\nbatch_size = 8\nsteps = 4\neval_interval = 2\neval_batches = 2\nwarmup_steps = 1\n",
-        corpus.display()
-    );
-    std::fs::write(&config, toml).unwrap();
-    config
-}
+use common::{hla, ok, tiny_config};
 
 #[test]
 fn train_eval_generate_export_resume() {
@@ -135,7 +97,25 @@ fn train_eval_generate_export_resume() {
         assert!(export.join(file).exists(), "{file}");
     }
     let device = Device::default();
-    let lm_config = LmConfig::load(export.join("config.json")).unwrap();
+    let described: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(described["format"], "hla-export");
+    assert_eq!(described["model"]["mixer"], "hla2", "names as in the TOML");
+    assert_eq!(
+        described["architecture"]["mixer"]["feature_map"]["kind"],
+        "l2"
+    );
+    #[cfg(unix)]
+    for file in ["model.safetensors", "config.json", "manifest.json"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(export.join(file))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644, "{file}");
+    }
+    let lm_config: LmConfig = serde_json::from_value(described["lm_config"].clone()).unwrap();
     let trained = lm_config.init(&device).load_file(run.join("model.bpk"));
     let mut fresh = lm_config.init(&device);
     let applied = fresh

@@ -13,7 +13,7 @@ pub(crate) mod mixer;
 pub mod mlp;
 pub mod norm;
 
-pub use mixer::MixerState;
+pub use mixer::{DENOMINATOR_EPS, GATE_TEMPERATURE, L2_EPS, MixerState};
 
 use burn::module::Initializer;
 use burn::nn::{

@@ -25,7 +25,13 @@ use crate::hla::{
 
 /// Data-dependent gates are `log g = log σ(x) / GATE_TEMPERATURE`, which keeps them near 1
 /// at initialisation (as GLA does).
-const GATE_TEMPERATURE: f64 = 16.0;
+pub const GATE_TEMPERATURE: f64 = 16.0;
+
+/// The L2 feature map is `x / max(‖x‖, L2_EPS)`.
+pub const L2_EPS: f64 = 1e-6;
+
+/// The masked denominator is clamped away from zero at `DENOMINATOR_EPS`, keeping its sign.
+pub const DENOMINATOR_EPS: f64 = 1e-6;
 
 /// What a mixer carries from one call to the next (per layer).
 #[derive(Debug, Clone)]
@@ -119,7 +125,9 @@ impl Mixer {
                 heads,
                 d_head,
                 output: if config.normalize {
-                    Output::Normalized { eps: 1e-6 }
+                    Output::Normalized {
+                        eps: DENOMINATOR_EPS,
+                    }
                 } else {
                     Output::Raw
                 },
@@ -396,7 +404,7 @@ impl FeatureMap {
 }
 
 fn l2_normalize(x: Tensor<4>) -> Tensor<4> {
-    let norm = x.clone().square().sum_dim(3).sqrt().clamp_min(1e-6);
+    let norm = x.clone().square().sum_dim(3).sqrt().clamp_min(L2_EPS);
     x / norm
 }
 

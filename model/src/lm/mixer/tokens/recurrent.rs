@@ -13,7 +13,7 @@ use crate::fused::Host;
 use crate::fused::simd::{dot, exp, multiversion};
 use crate::hla::fused::{Head, Sizes, unpack};
 use crate::hla::{HlaState, first, second};
-use crate::lm::FeatureMap;
+use crate::lm::{FeatureMap, L2_EPS};
 
 /// What one call computes.
 #[derive(Clone, Copy, Debug)]
@@ -97,7 +97,7 @@ multiversion! {
 fn map_row(map: FeatureMap, query: bool, x: &[f32], y: &mut [f32]) {
     match map {
         FeatureMap::L2 => {
-            let norm = dot(x, x).sqrt().max(1e-6);
+            let norm = dot(x, x).sqrt().max(L2_EPS as f32);
             y.iter_mut().zip(x).for_each(|(y, x)| *y = x / norm);
         }
         FeatureMap::EluPlusOne => y
@@ -125,13 +125,15 @@ fn map_row_backward(
     match map {
         FeatureMap::L2 => {
             let norm = dot(x, x).sqrt();
-            if norm > 1e-6 {
+            if norm > L2_EPS as f32 {
                 let along = dot(y, dy);
                 for ((dx, dy), y) in dx.iter_mut().zip(dy).zip(y) {
                     *dx = (dy - y * along) / norm;
                 }
             } else {
-                dx.iter_mut().zip(dy).for_each(|(dx, dy)| *dx = dy / 1e-6);
+                dx.iter_mut()
+                    .zip(dy)
+                    .for_each(|(dx, dy)| *dx = dy / L2_EPS as f32);
             }
         }
         FeatureMap::EluPlusOne => {

@@ -1,10 +1,12 @@
-//! `hla export`: the trained weights for use elsewhere, with the model config, the tokenizer
-//! and a manifest of parameter names and shapes.
+//! `hla export`: the trained weights for use elsewhere, with a self-describing `config.json`
+//! ([`describe`], format in `FORMAT.md`), the tokenizer and a manifest of parameter names
+//! and shapes.
 
-use std::path::PathBuf;
+mod describe;
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use burn::config::Config;
 use burn::store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
 use hla_data::tokenizer::Tokenizer;
 
@@ -50,7 +52,6 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
 
-    let lm_config = config.model.lm_config(vocab_size);
     let weights = match args.format {
         Format::Safetensors => {
             let path = args.out.join("model.safetensors");
@@ -69,12 +70,17 @@ pub fn run(args: &Args) -> Result<()> {
             path
         }
     };
-    lm_config
-        .save(args.out.join("config.json"))
-        .context("cannot write config.json")?;
+    let description = describe::describe(&config, vocab_size)?;
+    std::fs::write(
+        args.out.join("config.json"),
+        serde_json::to_string_pretty(&description)?,
+    )
+    .context("cannot write config.json")?;
+    let mut files = vec![weights.clone(), args.out.join("config.json")];
     if run.tokenizer().exists() {
-        std::fs::copy(run.tokenizer(), args.out.join("tokenizer.json"))
-            .context("cannot copy the tokenizer")?;
+        let tokenizer = args.out.join("tokenizer.json");
+        std::fs::copy(run.tokenizer(), &tokenizer).context("cannot copy the tokenizer")?;
+        files.push(tokenizer);
     }
     let parameters: Vec<serde_json::Value> = lm
         .collect(None, None, true)
@@ -91,10 +97,27 @@ pub fn run(args: &Args) -> Result<()> {
         args.out.join("manifest.json"),
         serde_json::to_string_pretty(&manifest)?,
     )?;
+    files.push(args.out.join("manifest.json"));
+    for file in &files {
+        readable_by_all(file)?;
+    }
     println!(
         "exported {} tensors to {}",
         parameters.len(),
         args.out.display()
     );
+    Ok(())
+}
+
+/// Mode 0644: Burn's stores create their files readable by the owner only.
+fn readable_by_all(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+            .with_context(|| format!("cannot make {} readable", path.display()))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
     Ok(())
 }

@@ -1,0 +1,50 @@
+//! Shared helpers of the binary's tests: running `hla`, a tiny config and corpus.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs `hla` with `data_dir` as its data and cache directories; a panic fails the test.
+pub fn hla(data_dir: &Path, args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_hla"))
+        .args(args)
+        .env("HLA_DATA_DIR", data_dir)
+        .env("HLA_CACHE_DIR", data_dir.join("cache"))
+        .output()
+        .expect("the hla binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    output
+}
+
+/// Runs `hla` and returns its standard output; a failure fails the test.
+pub fn ok(data_dir: &Path, args: &[&str]) -> String {
+    let output = hla(data_dir, args);
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+/// A tiny config for `mixer` on a repetitive word corpus written into `dir`.
+pub fn tiny_config(dir: &Path, mixer: &str) -> std::path::PathBuf {
+    let corpus = dir.join("corpus.txt");
+    let words = [
+        "the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far",
+    ];
+    let text: Vec<&str> = (0..4000)
+        .map(|i| words[(i * 7 + i / 3) % words.len()])
+        .collect();
+    std::fs::write(&corpus, text.join(" ")).unwrap();
+    let config = dir.join(format!("tiny-{mixer}.toml"));
+    let toml = format!(
+        "[model]\nmixer = \"{mixer}\"\nd_model = 32\nn_layers = 1\nn_heads = 2\nchunk_size = 16\n\n\
+         [data]\ncorpus = \"{}\"\n\n\
+         [train]\ncontext = 32\nbatch_size = 8\nsteps = 4\neval_interval = 2\neval_batches = 2\nwarmup_steps = 1\n",
+        corpus.display()
+    );
+    std::fs::write(&config, toml).unwrap();
+    config
+}
