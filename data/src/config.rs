@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
-use crate::corpus;
+use crate::corpus::{self, sources::Sources};
 use crate::mqar::MqarConfig;
+use crate::prepare::{Settings, prepare};
 use crate::prepared::{self, Prepared};
 use crate::tokenizer::TokenizerKind;
 
@@ -15,11 +16,16 @@ use crate::tokenizer::TokenizerKind;
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
-    /// A named corpus (`tinyshakespeare`) or a file or directory of `*.txt` files.
+    /// A named corpus (`tinyshakespeare`), a file, a folder or a glob of shards: `.txt`,
+    /// `.jsonl` or `.parquet`, each optionally `.gz` or `.zst`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corpus: Option<String>,
+    /// `char`, `byte`, `gpt2` or `hf:PATH/tokenizer.json`.
     #[serde(default)]
     pub tokenizer: TokenizerKind,
+    /// The field of a JSONL line, or the column of a Parquet file, that holds the text.
+    #[serde(default = "default_text_field")]
+    pub text_field: String,
     /// Fraction of the tokens, from the start, used for training (nanoGPT: 0.9).
     #[serde(default = "default_train_fraction")]
     pub train_fraction: f64,
@@ -29,6 +35,10 @@ pub struct DataConfig {
 
 fn default_train_fraction() -> f64 {
     0.9
+}
+
+fn default_text_field() -> String {
+    "text".into()
 }
 
 /// What the `[data]` section describes, checked.
@@ -75,7 +85,13 @@ impl DataConfig {
         cache_dir: &Path,
     ) -> Result<(Prepared, bool), DataError> {
         let source: PathBuf = corpus::resolve(corpus, data_dir)?;
-        let dir = prepared::prepared_dir(cache_dir, &source, self.tokenizer);
-        prepared::prepare(&source, self.tokenizer, self.train_fraction, &dir)
+        let sources = Sources::find(&source)?;
+        let dir = prepared::prepared_dir(cache_dir, &source, &self.tokenizer);
+        let settings = Settings {
+            tokenizer: self.tokenizer.clone(),
+            text_field: self.text_field.clone(),
+            train_fraction: self.train_fraction,
+        };
+        prepare(&sources, &settings, &dir)
     }
 }

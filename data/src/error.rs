@@ -44,6 +44,15 @@ pub enum DataError {
     },
     #[error("{path}: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// A bad line of a JSONL file or row of a Parquet file (counted from 1).
+    #[error("{path}:{line}: {reason}")]
+    Record {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("the tokenizer failed: {0}")]
+    Tokenize(String),
     #[error("{key} must be {requirement}, got {value}")]
     Invalid {
         key: &'static str,

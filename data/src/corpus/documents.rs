@@ -1,0 +1,173 @@
+//! The documents of a corpus file, streamed in pieces so that memory stays bounded
+//! whatever the size of the file.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::sources::{Compression, Format, SourceFile};
+use crate::DataError;
+
+/// About how many bytes a piece of a long text document holds.
+pub const PIECE_BYTES: usize = 1 << 20;
+
+/// Part of a document, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Piece {
+    pub bytes: Vec<u8>,
+    /// Where the piece starts in its file (after decompression; a JSONL document: its
+    /// line, counted from 1), for error messages.
+    pub offset: usize,
+    /// Whether the document ends with this piece.
+    pub last: bool,
+}
+
+/// Reads the documents of `file` in order and passes their pieces to `each`: a text file is
+/// one document, cut into pieces of about [`PIECE_BYTES`] after a line break that a
+/// non-space follows (where a BPE pre-tokenizer splits anyway); a JSONL line or a Parquet
+/// row is one whole document, its `text_field`. `read` counts the bytes read from disk.
+pub fn read(
+    file: &SourceFile,
+    text_field: &str,
+    read: &AtomicU64,
+    each: &mut dyn FnMut(Piece) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    if file.format == Format::Parquet {
+        return super::parquet::read(file, text_field, read, each);
+    }
+    let disk = std::fs::File::open(&file.path).map_err(DataError::io(&file.path))?;
+    let counted = BufReader::new(Counted { inner: disk, read });
+    let reader: Box<dyn BufRead + '_> = match file.compression {
+        Compression::None => Box::new(counted),
+        Compression::Gzip => Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(
+            counted,
+        ))),
+        Compression::Zstd => Box::new(BufReader::new(ZstdFrames::new(counted))),
+    };
+    match file.format {
+        Format::Text => text(reader, &file.path, each),
+        Format::Jsonl => jsonl(reader, &file.path, text_field, each),
+        Format::Parquet => unreachable!("read above"),
+    }
+}
+
+fn text(
+    mut reader: Box<dyn BufRead + '_>,
+    path: &Path,
+    each: &mut dyn FnMut(Piece) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    let (mut piece, mut offset) = (Vec::with_capacity(PIECE_BYTES + 4096), 0);
+    loop {
+        let n = reader
+            .read_until(b'\n', &mut piece)
+            .map_err(DataError::io(path))?;
+        let next = reader.fill_buf().map_err(DataError::io(path))?;
+        let at_end = n == 0 || next.is_empty();
+        let cut =
+            piece.len() >= PIECE_BYTES && next.first().is_some_and(|b| !b.is_ascii_whitespace());
+        if at_end && piece.is_empty() && offset == 0 {
+            return Ok(()); // an empty file holds no document
+        }
+        if at_end || cut {
+            let bytes = std::mem::replace(&mut piece, Vec::with_capacity(PIECE_BYTES + 4096));
+            let len = bytes.len();
+            each(Piece {
+                bytes,
+                offset,
+                last: at_end,
+            })?;
+            offset += len;
+            if at_end {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn jsonl(
+    reader: Box<dyn BufRead + '_>,
+    path: &Path,
+    field: &str,
+    each: &mut dyn FnMut(Piece) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    for (i, line) in reader.split(b'\n').enumerate() {
+        let line = line.map_err(DataError::io(path))?;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let bad = |reason: String| DataError::Record {
+            path: path.into(),
+            line: i + 1,
+            reason,
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(&line).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let text = match value.get(field) {
+            Some(serde_json::Value::String(text)) => text,
+            Some(other) => {
+                return Err(bad(format!("the field {field:?} is not a string: {other}")));
+            }
+            None => return Err(bad(format!("no field {field:?} (set data.text_field)"))),
+        };
+        if !text.is_empty() {
+            each(Piece {
+                bytes: text.as_bytes().to_vec(),
+                offset: i + 1,
+                last: true,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Counts the bytes read from the file (the progress of a preparation).
+struct Counted<'a, R> {
+    inner: R,
+    read: &'a AtomicU64,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// A zstd stream of one or more frames (as `zstd` and `pzstd` write them).
+struct ZstdFrames<R: BufRead> {
+    frame: Option<ruzstd::decoding::StreamingDecoder<R, ruzstd::decoding::FrameDecoder>>,
+    rest: Option<R>,
+}
+
+impl<R: BufRead> ZstdFrames<R> {
+    fn new(reader: R) -> Self {
+        Self {
+            frame: None,
+            rest: Some(reader),
+        }
+    }
+}
+
+impl<R: BufRead> Read for ZstdFrames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Some(frame) = &mut self.frame {
+                let n = frame.read(buf)?;
+                if n > 0 || buf.is_empty() {
+                    return Ok(n);
+                }
+                self.rest = self.frame.take().map(|f| f.into_inner());
+            }
+            let Some(mut reader) = self.rest.take() else {
+                return Ok(0);
+            };
+            if reader.fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            let frame = ruzstd::decoding::StreamingDecoder::new(reader)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            self.frame = Some(frame);
+        }
+    }
+}
