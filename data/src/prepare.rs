@@ -64,7 +64,11 @@ pub fn prepare(
         });
     }
     std::fs::create_dir_all(dir).map_err(DataError::io(dir))?;
-    let written = write_tokens(sources, settings, &tokenizer, &dir.join(TOKENS_FILE))?;
+    let tokens_file = dir.join(TOKENS_FILE);
+    let written = write_tokens(sources, settings, &tokenizer, &tokens_file).inspect_err(|_| {
+        // Nothing half-written stays behind a failed preparation.
+        let _ = std::fs::remove_file(tokens_file.with_extension("tmp"));
+    })?;
     if written.tokens == 0 {
         return Err(DataError::EmptyCorpus(sources.spec.display().to_string()));
     }
