@@ -192,10 +192,9 @@ fn bad_input_gets_one_clear_message() {
             .err()
             .expect("an error")
             .to_string();
-        assert!(
-            !out.join("meta.json").exists(),
-            "nothing half-written: {err}"
-        );
+        for file in ["meta.json", "tokens.tmp"] {
+            assert!(!out.join(file).exists(), "nothing half-written: {err}");
+        }
         err
     };
     let broken = write(d, "broken.jsonl", b"{\"text\": \"ok\"}\n{\"text\": oops}\n");
