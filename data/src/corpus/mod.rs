@@ -159,7 +159,13 @@ pub fn download(url: &str, sha256: &str, dest: &Path) -> Result<(), DataError> {
         path: dest.into(),
         source: std::io::Error::other(reason),
     };
-    let response = ureq::get(url).call().map_err(|e| failed(e.to_string()))?;
+    // The system's root certificates (with the bundled ones as fallback where it has
+    // none): downloads then work behind TLS-inspecting proxies that the system trusts.
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+        .build();
+    let agent: ureq::Agent = ureq::Agent::config_builder().tls_config(tls).build().into();
+    let response = agent.get(url).call().map_err(|e| failed(e.to_string()))?;
     let total: Option<u64> = response
         .headers()
         .get("content-length")
