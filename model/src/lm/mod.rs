@@ -300,6 +300,15 @@ impl LmConfig {
         }
     }
 
+    /// The feature map of HLA and linear attention: `feature_map`, else the mixer's
+    /// default (elu + 1 for linear attention, L2 for HLA).
+    pub fn resolved_feature_map(&self) -> FeatureMap {
+        self.feature_map.unwrap_or(match self.mixer {
+            MixerKind::Linear => FeatureMap::EluPlusOne,
+            _ => FeatureMap::L2,
+        })
+    }
+
     /// The longest sequence the model can run (`None`: any), a limit of RoPE's table and
     /// of learned positions.
     pub fn position_limit(&self) -> Option<usize> {

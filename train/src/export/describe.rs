@@ -171,10 +171,7 @@ fn attention(d_head: usize, rope: bool) -> Value {
 }
 
 fn recurrence(c: &LmConfig, d_head: usize) -> Value {
-    let feature_map = c.feature_map.unwrap_or(match c.mixer {
-        MixerKind::Linear => FeatureMap::EluPlusOne,
-        _ => FeatureMap::L2,
-    });
+    let feature_map = c.resolved_feature_map();
     let map_formula = match feature_map {
         FeatureMap::L2 => format!("x / max(||x||_2, {L2_EPS:e}) for q and k"),
         FeatureMap::Scale => "q / sqrt(d_head); k unchanged".into(),

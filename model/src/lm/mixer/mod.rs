@@ -116,10 +116,7 @@ impl Mixer {
                 .then(|| RotaryEncodingConfig::new(config.max_seq_len, d_head).init(device)),
             settings: Settings {
                 kind,
-                feature_map: config.feature_map.unwrap_or(match kind {
-                    MixerKind::Linear => FeatureMap::EluPlusOne,
-                    _ => FeatureMap::L2,
-                }),
+                feature_map: config.resolved_feature_map(),
                 decay: config.decay,
                 decay_base: config.decay_base,
                 heads,
