@@ -160,16 +160,27 @@ impl Dataset<LmItem> for FullPass {
     }
 }
 
-/// Sampling with replacement that can resume: the `n`-th item read (counting from
-/// `first_draw`) is `inner[i]` with `i` drawn from a generator seeded with `(seed, n)`. An
-/// epoch is `size` reads; a run resumed after `k` reads and started with `first_draw = k`
-/// sees the same data as one that never stopped (items must be read in order, as a
-/// single-worker data loader does).
+/// Sampling with replacement that can resume and be split over devices: read `e` of index
+/// `j` (counting reads from 0) is draw `n = first_draw + e·size + order(j)`, the item
+/// `inner[i]` with `i` drawn from a generator seeded with `(seed, n)`. An epoch reads every
+/// index once; a run resumed after `k` epochs with `first_draw = k·size` sees the same data
+/// as one that never stopped. Draws depend on the index and its read count only, never on
+/// the order of reads, so data-loader threads cannot change them.
 pub struct Draws<D> {
     inner: D,
     size: usize,
     seed: u64,
-    next: AtomicU64,
+    first_draw: u64,
+    split: Split,
+    reads: Box<[AtomicU64]>,
+}
+
+/// How burn-train's multi-device split sees the epoch: `shares` contiguous parts, each
+/// read in batches of `batch`.
+#[derive(Clone, Copy, Debug)]
+struct Split {
+    shares: usize,
+    batch: usize,
 }
 
 impl<D: Dataset<LmItem>> Draws<D> {
@@ -178,14 +189,53 @@ impl<D: Dataset<LmItem>> Draws<D> {
             inner,
             size,
             seed,
-            next: AtomicU64::new(first_draw),
+            first_draw,
+            split: Split {
+                shares: 1,
+                batch: size.max(1),
+            },
+            reads: (0..size).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Orders the draws for a data loader cut into `shares` contiguous parts of equal
+    /// length, each read in batches of `batch` (one part per device): batch `s` of every
+    /// part together holds draws `s·shares·batch ..` `(s + 1)·shares·batch`, the draws of
+    /// batch `s` of one loader with batch `shares·batch`. Each epoch must be a whole number
+    /// of such batches.
+    pub fn split(mut self, shares: usize, batch: usize) -> Result<Self, DataError> {
+        let global = shares * batch;
+        if global == 0 || !self.size.is_multiple_of(global) {
+            return Err(DataError::Invalid {
+                key: "an epoch of draws",
+                requirement: format!("a multiple of {shares} shares × batch {batch}"),
+                value: self.size.to_string(),
+            });
+        }
+        self.split = Split { shares, batch };
+        Ok(self)
+    }
+
+    /// The position in one loader's order of index `j` of the split loaders.
+    fn order(&self, j: usize) -> usize {
+        let Split { shares, batch } = self.split;
+        let share = self.size / shares;
+        let (part, local) = (j / share, j % share);
+        (local / batch) * shares * batch + part * batch + local % batch
     }
 }
 
 impl<D: Dataset<LmItem>> Dataset<LmItem> for Draws<D> {
-    fn get(&self, _index: usize) -> Result<LmItem, DatasetError> {
-        let draw = self.next.fetch_add(1, Ordering::SeqCst);
+    fn get(&self, index: usize) -> Result<LmItem, DatasetError> {
+        let Some(reads) = self.reads.get(index) else {
+            return Err(DatasetError::new(DataError::Invalid {
+                key: "a draw index",
+                requirement: format!("below the epoch's {} draws", self.size),
+                value: index.to_string(),
+            }));
+        };
+        let epoch = reads.fetch_add(1, Ordering::SeqCst);
+        let draw = self.first_draw + epoch * self.size as u64 + self.order(index) as u64;
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(draw);
         self.inner.get(rng.random_range(0..self.inner.len()))

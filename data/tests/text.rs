@@ -375,3 +375,36 @@ fn draws_resume_where_they_stopped() {
     assert_eq!(tail, run[6..]);
     assert_ne!(run[..6], run[6..], "each epoch draws new windows");
 }
+
+/// Split over devices, step `s` of the parts, in part order, reads the draws of step `s`
+/// of one loader with the whole batch, whatever the order of reads, in every epoch.
+#[test]
+fn split_draws_give_each_step_the_one_device_batch() {
+    use hla_data::windows::{AllWindows, Draws};
+    let dir = tempfile::tempdir().unwrap();
+    let source = write(dir.path(), "c.txt", TEXT.repeat(10).as_bytes());
+    let (p, _) = prep(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
+    let range = p.train_range();
+    let tokens = Arc::new(p.tokens);
+    let windows = || AllWindows::new(tokens.clone(), range.clone(), 8).unwrap();
+    // 2 epochs of 4 steps with batch 6: one loader, then 3 parts with batch 2, each part
+    // read backwards so that the read order differs.
+    let one = Draws::new(windows(), 24, 5, 0);
+    let one: Vec<_> = (0..48).map(|i| one.get(i % 24).unwrap()).collect();
+    let split = Draws::new(windows(), 24, 5, 0).split(3, 2).unwrap();
+    for epoch in 0..2 {
+        let mut reads = vec![None; 24];
+        for j in (0..24).rev() {
+            reads[j] = Some(split.get(j).unwrap());
+        }
+        for step in 0..4 {
+            let together: Vec<_> = (0..3)
+                .flat_map(|part| (0..2).map(move |p| part * 8 + step * 2 + p))
+                .map(|j| reads[j].clone().unwrap())
+                .collect();
+            let expected = &one[epoch * 24 + step * 6..][..6];
+            assert_eq!(together, expected, "epoch {epoch}, step {step}");
+        }
+    }
+    assert!(Draws::new(windows(), 24, 5, 0).split(5, 2).is_err());
+}

@@ -17,7 +17,7 @@ use crate::config::{RunConfig, UsageError};
 use crate::experiment::{Experiment, Metric, PlannedRun};
 use crate::report::{self, Row};
 use crate::run_dir::RunDir;
-use crate::train::{Job, train};
+use crate::train::{Job, train, with_devices};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -37,9 +37,13 @@ pub struct Args {
     /// Start over the runs whose config changed since they were trained.
     #[arg(long)]
     force: bool,
-    /// Compute device: flex, ndarray or wgpu (if compiled in).
-    #[arg(long, default_value = crate::device::default_name())]
-    device: String,
+    /// Compute device of every run: flex (default), ndarray, wgpu[:N] or cuda[:N] (if
+    /// compiled in); sets train.devices.
+    #[arg(long, conflicts_with = "devices")]
+    device: Option<String>,
+    /// Train every run data-parallel on these devices, e.g. `flex,flex`; sets train.devices.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    devices: Vec<String>,
 }
 
 /// What a run needs.
@@ -59,9 +63,8 @@ struct Plan {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let device = crate::device::parse(&args.device)?;
     let experiment = Experiment::load(&args.experiment)?;
-    let plans = plan(&experiment, &args.only)?;
+    let plans = plan(&experiment, &args.only, args)?;
     let changed: Vec<String> = plans
         .iter()
         .filter_map(|p| match &p.action {
@@ -94,7 +97,6 @@ pub fn run(args: &Args) -> Result<()> {
             let job = Job {
                 config: &p.config,
                 out: &out,
-                device: &device,
                 resume: p.action == Action::Resume,
                 force: matches!(p.action, Action::Changed(_)),
                 standalone: false,
@@ -117,8 +119,9 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Resolves and checks every selected run's config, and decides what each needs.
-fn plan(experiment: &Experiment, only: &[String]) -> Result<Vec<Plan>> {
+/// Resolves and checks every selected run's config and its devices, and decides what each
+/// needs.
+fn plan(experiment: &Experiment, only: &[String], args: &Args) -> Result<Vec<Plan>> {
     for name in only {
         if !experiment.runs.iter().any(|r| r.name == *name) {
             let error =
@@ -131,10 +134,13 @@ fn plan(experiment: &Experiment, only: &[String]) -> Result<Vec<Plan>> {
         .iter()
         .filter(|r| only.is_empty() || only.contains(&r.name))
         .map(|run| {
-            let config = RunConfig::load(&run.config, &run.set).map_err(|e| {
-                let error = e.context(format!("run {:?}", run.name));
-                anyhow::Error::from(UsageError::from(error))
-            })?;
+            let config = RunConfig::load(&run.config, &run.set)
+                .and_then(|c| with_devices(c, args.device.as_deref(), &args.devices))
+                .map_err(|e| {
+                    let error = e.context(format!("run {:?}", run.name));
+                    anyhow::Error::from(UsageError::from(error))
+                })?;
+            crate::device::parse_all(&config.train.devices)?;
             let action = action(&RunDir::new(experiment.run_dir(&run.name)), &config)?;
             Ok(Plan {
                 run: run.clone(),
@@ -191,9 +197,17 @@ fn print_plan(experiment: &Experiment, plans: &[Plan]) {
     }
 }
 
-/// The keys whose values differ between two configs, `key: old → new`.
+/// Keys that say where a run trains, not what: a run continues on other devices.
+const PLACEMENT: [&str; 2] = ["train.devices", "train.strategy"];
+
+/// The keys whose values differ between two configs, `key: old → new`, where a run
+/// trains aside.
 fn differences(old: &RunConfig, new: &RunConfig) -> Vec<String> {
-    let (old, new) = (flatten(old), flatten(new));
+    let (mut old, mut new) = (flatten(old), flatten(new));
+    for key in PLACEMENT {
+        old.remove(key);
+        new.remove(key);
+    }
     let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     let unset = String::from("(unset)");
     keys.into_iter()
@@ -276,5 +290,7 @@ mod tests {
             ]
         );
         assert!(differences(&a, &a).is_empty());
+        let elsewhere = RunConfig::parse(text, &["train.devices=[\"flex\", \"flex\"]".into()]);
+        assert!(differences(&a, &elsewhere.unwrap()).is_empty());
     }
 }

@@ -90,22 +90,26 @@ impl Data {
     }
 
     /// Epochs of `items` training examples drawn with replacement (random windows, as
-    /// nanoGPT), continuing after `first_draw` earlier draws when a run resumes.
+    /// nanoGPT), continuing after `first_draw` earlier draws when a run resumes. With
+    /// several devices the loader yields per-device batches, laid out so that burn-train's
+    /// split hands the devices of one step together the draws of one whole batch.
     pub fn train_loader(
         &self,
         config: &RunConfig,
         items: usize,
         first_draw: u64,
+        devices: usize,
     ) -> Result<Loader> {
-        let (batch, seed) = (config.train.batch_size, config.train.seed);
+        let (seed, batch) = (config.train.seed, config.train.batch_size / devices);
         Ok(match self {
             Self::Text { tokens, train, .. } => {
                 let windows = AllWindows::new(tokens.clone(), train.clone(), config.train.context)?;
-                loader(Draws::new(windows, items, seed, first_draw), batch)
+                let draws = Draws::new(windows, items, seed, first_draw);
+                loader(draws.split(devices, batch)?, batch)
             }
             Self::Mqar { train, .. } => {
-                let examples = InMemDataset::new(train.clone());
-                loader(Draws::new(examples, items, seed, first_draw), batch)
+                let draws = Draws::new(InMemDataset::new(train.clone()), items, seed, first_draw);
+                loader(draws.split(devices, batch)?, batch)
             }
         })
     }

@@ -22,6 +22,9 @@ pub struct Args {
     /// Override a config value, e.g. `--set model.mixer=linear` (repeatable).
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     overrides: Vec<String>,
+    /// The devices to describe the run on, e.g. `flex,flex` (as `hla train --devices`).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    devices: Vec<String>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -30,6 +33,7 @@ pub fn run(args: &Args) -> Result<()> {
         (None, Some(run)) => RunDir::new(run).load_config(&args.overrides)?,
         (None, None) => unreachable!("clap requires --config or --run"),
     };
+    let config = crate::train::with_devices(config, None, &args.devices)?;
     let vocab_size = match config.data.task()? {
         Task::Text { corpus } => {
             config
@@ -47,6 +51,10 @@ pub fn run(args: &Args) -> Result<()> {
     println!();
     println!("# vocabulary        {vocab_size}");
     println!("# parameters        {}", model.num_params());
+    println!(
+        "# devices           {}",
+        crate::train::describe_devices(&config.train, &config.train.devices)
+    );
     let context = config.train.context;
     println!(
         "# state per layer   {} floats per sequence{}",

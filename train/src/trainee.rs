@@ -14,6 +14,11 @@ pub struct Trainee {
     pub lm: Lm,
     #[module(skip)]
     pub guard: NanGuard,
+    /// Scales each batch's loss before the backward pass: burn-train adds up the gradients
+    /// of the batches of one optimiser step (accumulated, or one per device), so
+    /// `1 / batches per step` makes their sum the mean over the step's examples.
+    #[module(skip)]
+    pub gradient_scale: f64,
 }
 
 /// Stops training at the first non-finite loss, naming the optimiser step.
@@ -22,7 +27,7 @@ pub struct NanGuard {
     interrupter: Option<Interrupter>,
     batches: Arc<AtomicUsize>,
     first_step: usize,
-    accumulation: usize,
+    batches_per_step: usize,
 }
 
 impl std::fmt::Debug for NanGuard {
@@ -32,12 +37,14 @@ impl std::fmt::Debug for NanGuard {
 }
 
 impl NanGuard {
-    pub fn new(interrupter: Interrupter, first_step: usize, accumulation: usize) -> Self {
+    /// A guard for a run that starts at `first_step` and computes `batches_per_step`
+    /// batches per optimiser step (accumulated batches times devices).
+    pub fn new(interrupter: Interrupter, first_step: usize, batches_per_step: usize) -> Self {
         Self {
             interrupter: Some(interrupter),
             batches: Arc::default(),
             first_step,
-            accumulation,
+            batches_per_step,
         }
     }
 
@@ -48,7 +55,7 @@ impl NanGuard {
         let batch = self.batches.fetch_add(1, Ordering::SeqCst);
         let value = loss.clone().into_scalar::<f32>();
         if !value.is_finite() {
-            let step = self.first_step + batch / self.accumulation.max(1) + 1;
+            let step = self.first_step + batch / self.batches_per_step.max(1) + 1;
             interrupter.stop(Some(&format!("the loss became {value} at step {step}")));
         }
     }
@@ -88,7 +95,13 @@ impl TrainStep for Trainee {
     fn step(&self, batch: LmBatch) -> TrainOutput<SequenceOutput> {
         let output = self.forward_batch(batch);
         self.guard.check(&output.loss);
-        TrainOutput::new(self, output.loss.backward(), output)
+        // One batch per step: no scaling, so one device trains exactly as before.
+        let grads = if self.gradient_scale == 1.0 {
+            output.loss.backward()
+        } else {
+            (output.loss.clone() * self.gradient_scale).backward()
+        };
+        TrainOutput::new(self, grads, output)
     }
 }
 

@@ -598,6 +598,35 @@ fn every_bad_input_has_one_clear_message() {
             2,
             "not compiled into this build",
         ),
+        (
+            [
+                train(&[]),
+                vec!["--devices".into(), "flex,flex,flex".into()],
+            ]
+            .concat(),
+            2,
+            "train.batch_size (8) must be a multiple of the number of devices (3)",
+        ),
+        (
+            [
+                train(&["train.strategy=ddp"]),
+                vec!["--devices".into(), "flex,flex".into()],
+            ]
+            .concat(),
+            2,
+            "needs several CUDA devices",
+        ),
+        (
+            [train(&[]), vec!["--devices".into(), "flex,tpu".into()]].concat(),
+            2,
+            "unknown device \"tpu\"",
+        ),
+        #[cfg(not(feature = "cuda"))]
+        (
+            [train(&[]), vec!["--device".into(), "cuda:1".into()]].concat(),
+            2,
+            "the cuda device was not compiled into this build",
+        ),
     ];
     for (args, code, message) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -97,6 +97,7 @@ impl Case {
         let trainee = Trainee {
             lm,
             guard: NanGuard::default(),
+            gradient_scale: 1.0,
         };
         let optimizer = crate::train::optimizer(&TrainSection::default(), &trainee);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);

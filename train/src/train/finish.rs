@@ -21,9 +21,16 @@ pub struct Finished {
     pub first_step: usize,
 }
 
-/// Writes the final weights, validates them, and writes the metrics files.
-pub fn finish(job: &super::Job, run: &RunDir, data: &Data, done: Finished) -> Result<()> {
-    let (config, device, lm) = (job.config, job.device, &done.lm);
+/// Writes the final weights, validates them on `device` (the main one), and writes the
+/// metrics files.
+pub fn finish(
+    job: &super::Job,
+    device: &Device,
+    run: &RunDir,
+    data: &Data,
+    done: Finished,
+) -> Result<()> {
+    let (config, lm) = (job.config, &done.lm);
     let t = &config.train;
     let weights = lm
         .clone()

@@ -8,8 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::prelude::*;
+use burn::store::ModuleRecord;
 use burn::train::checkpoint::{
-    ComposedCheckpointingStrategy, KeepLastNCheckpoints, MetricCheckpointingStrategy,
+    Checkpointer, ComposedCheckpointingStrategy, KeepLastNCheckpoints, MetricCheckpointingStrategy,
 };
 use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{
@@ -29,8 +30,10 @@ use crate::trainee::{NanGuard, Trainee};
 
 mod finish;
 mod optim;
+mod parallel;
 
 pub use optim::optimizer;
+pub use parallel::describe as describe_devices;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -41,9 +44,14 @@ pub struct Args {
     /// Override a config value, e.g. `--set train.lr=3e-4` (repeatable).
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     overrides: Vec<String>,
-    /// Compute device: flex, ndarray or wgpu (if compiled in).
-    #[arg(long, default_value = crate::device::default_name())]
-    device: String,
+    /// Compute device: flex (default), ndarray, wgpu[:N] or cuda[:N] (if compiled in);
+    /// sets train.devices to this one device.
+    #[arg(long, conflicts_with = "devices")]
+    device: Option<String>,
+    /// Train data-parallel on several devices, e.g. `cuda:0,cuda:1` or `flex,flex`;
+    /// sets train.devices (each batch is split evenly between them).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    devices: Vec<String>,
     /// The run directory (default: runs/<config name>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -56,7 +64,6 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let device = crate::device::parse(&args.device)?;
     let out = match (&args.out, &args.config) {
         (Some(out), _) => out.clone(),
         (None, Some(config)) => PathBuf::from("runs").join(config.file_stem().unwrap_or_default()),
@@ -72,21 +79,39 @@ pub fn run(args: &Args) -> Result<()> {
             .expect("clap requires --config without --resume");
         RunConfig::load(path, &args.overrides)?
     };
+    let config = with_devices(config, args.device.as_deref(), &args.devices)?;
     train(&Job {
         config: &config,
         out: &out,
-        device: &device,
         resume: args.resume,
         force: args.force,
         standalone: true,
     })
 }
 
-/// One training run, as `hla train` and `hla compare` start it.
+/// `config` with `train.devices` set from the command line (`--device` or `--devices`),
+/// checked again (the batch must split evenly between the devices).
+pub fn with_devices(
+    mut config: RunConfig,
+    device: Option<&str>,
+    devices: &[String],
+) -> Result<RunConfig> {
+    let names = match device {
+        Some(device) => vec![device.to_string()],
+        None => devices.to_vec(),
+    };
+    if !names.is_empty() {
+        config.train.devices = names;
+        config.validate().map_err(crate::config::UsageError::from)?;
+    }
+    Ok(config)
+}
+
+/// One training run, as `hla train` and `hla compare` start it, on the devices of its
+/// config (`train.devices`).
 pub struct Job<'a> {
     pub config: &'a RunConfig,
     pub out: &'a Path,
-    pub device: &'a Device,
     /// Continue from the last checkpoint in `out`.
     pub resume: bool,
     /// Start over in an existing run directory.
@@ -99,21 +124,25 @@ pub struct Job<'a> {
 /// Trains `job.config` into `job.out`; `metrics.json`, written last, marks the run finished.
 pub fn train(job: &Job) -> Result<()> {
     let (config, out) = (job.config, job.out);
+    let t = &config.train;
+    let devices = crate::device::parse_all(&t.devices)?;
     let run = RunDir::new(out);
     let _lock = run.lock()?;
     claim(&run, job)?;
     let data = Data::load(config)?;
-    let t = &config.train;
     let items_per_epoch = t.eval_interval * t.grad_accumulation * t.batch_size;
-    let lm = init_lm(job, &data);
+    let lm = init_lm(job, &devices[0], &data);
     let resume_epoch = resume_epoch(&run, job);
     let done_epochs = resume_epoch.unwrap_or(0);
     let first_step = done_epochs * t.eval_interval;
     let interrupter = Interrupter::new();
+    let batches_per_step = parallel::batches_per_step(t, devices.len());
     let model = Trainee {
         lm,
-        guard: NanGuard::new(interrupter.clone(), first_step, t.grad_accumulation),
+        guard: NanGuard::new(interrupter.clone(), first_step, batches_per_step),
+        gradient_scale: 1.0 / batches_per_step as f64,
     };
+    let model = with_checkpoint_ids(model, &run, resume_epoch)?;
     let optimizer = optim::optimizer(t, &model);
     let scheduler = optim::scheduler(config)?;
     // Build the data first: a corpus too short for a window fails before anything is written.
@@ -121,6 +150,7 @@ pub fn train(job: &Job) -> Result<()> {
         config,
         items_per_epoch,
         (done_epochs * items_per_epoch) as u64,
+        devices.len(),
     )?;
     let valid_loader = data.valid_loader(config, t.seed.wrapping_add(1))?;
     std::fs::create_dir_all(out)
@@ -128,7 +158,7 @@ pub fn train(job: &Job) -> Result<()> {
     write_atomic(&run.config(), config.to_toml().as_bytes())?;
     data.save_tokenizer(&run.tokenizer())?;
     let training = SupervisedTraining::new(run.path(), train_loader, valid_loader);
-    let training = configure(
+    let mut training = configure(
         training,
         job,
         &run,
@@ -136,6 +166,9 @@ pub fn train(job: &Job) -> Result<()> {
         resume_epoch,
         interrupter,
     );
+    if let Some(strategy) = parallel::execution(&devices, t.strategy) {
+        training = training.with_training_strategy(strategy.into());
+    }
     let started = Instant::now();
     let result = training.launch(Learner::new(model, optimizer, scheduler));
     if let Some(error) = result.error {
@@ -154,7 +187,7 @@ pub fn train(job: &Job) -> Result<()> {
         elapsed: started.elapsed(),
         first_step,
     };
-    finish::finish(job, &run, &data, finished)
+    finish::finish(job, &devices[0], &run, &data, finished)
 }
 
 /// Takes the run directory for this job: a directory that already holds a run needs
@@ -176,23 +209,42 @@ fn claim(run: &RunDir, job: &Job) -> Result<()> {
     Ok(())
 }
 
-/// The seeded model on the autodiff device, every parameter drawn now.
-fn init_lm(job: &Job, data: &Data) -> Lm {
+/// The seeded model on the (main) device's autodiff device, every parameter drawn now.
+fn init_lm(job: &Job, device: &Device, data: &Data) -> Lm {
     let (config, t) = (job.config, &job.config.train);
-    let autodiff = job.device.clone().autodiff();
+    let autodiff = device.clone().autodiff();
     autodiff.seed(t.seed);
     let lm = config.model.lm_config(data.vocab_size()).init(&autodiff);
+    let on = if t.devices.len() > 1 {
+        parallel::describe(t, &t.devices)
+    } else {
+        format!("{device:?}")
+    };
     println!(
-        "training {} ({} parameters) for {} steps on {:?}, into {}",
+        "training {} ({} parameters) for {} steps on {on}, into {}",
         config.model.mixer.name(),
         lm.num_params(),
         t.steps,
-        job.device,
         job.out.display()
     );
     // Parameters initialise lazily; draw them now, in order, from the seeded generator.
     lm.visit(&mut Materialize);
     lm
+}
+
+/// The model with the weights and parameter ids of checkpoint `epoch`, when resuming: the
+/// optimizer's groups (no weight decay on vectors) go by parameter id, and burn-train
+/// gives the model the checkpoint's ids when it loads the checkpoint, so the groups must
+/// be built from those ids, not from the fresh model's random ones.
+fn with_checkpoint_ids(model: Trainee, run: &RunDir, epoch: Option<usize>) -> Result<Trainee> {
+    let Some(epoch) = epoch else {
+        return Ok(model);
+    };
+    let checkpointer = AtomicCheckpointer::new(run.checkpoints(), "model");
+    let record: ModuleRecord = checkpointer
+        .restore(epoch)
+        .with_context(|| format!("cannot read checkpoint {epoch} in {}", run.path().display()))?;
+    Ok(model.load_record(record))
 }
 
 /// The epoch of the checkpoint to resume from, if resuming and one exists.

@@ -48,3 +48,26 @@ pub fn tiny_config(dir: &Path, mixer: &str) -> std::path::PathBuf {
     std::fs::write(&config, toml).unwrap();
     config
 }
+
+/// Every tensor of a safetensors file (float32), by name.
+pub fn read_safetensors(path: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
+    let bytes = std::fs::read(path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let data = &bytes[8 + header_len..];
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .map(|(name, info)| {
+            assert_eq!(info["dtype"], "F32", "{name}");
+            let [start, end] = [0, 1].map(|i| info["data_offsets"][i].as_u64().unwrap() as usize);
+            let values = data[start..end]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            (name.clone(), values)
+        })
+        .collect()
+}

@@ -1,0 +1,98 @@
+use super::*;
+
+const FILE: &str = "[model]\nmixer = \"hla3\"\n\n[data]\ncorpus = \"tinyshakespeare\"\n";
+
+#[test]
+fn defaults_fill_what_the_file_leaves_out() {
+    let config = RunConfig::parse(FILE, &[]).unwrap();
+    assert_eq!(config.model.mixer, MixerKind::Hla3);
+    assert_eq!(config.model.d_model, 128);
+    assert_eq!(config.train, TrainSection::default());
+    let again = RunConfig::parse(&config.to_toml(), &[]).unwrap();
+    assert_eq!(again, config, "the saved config reads back the same");
+}
+
+#[test]
+fn a_run_shorter_than_one_eval_interval_validates_at_its_end() {
+    let config = RunConfig::parse(FILE, &["train.steps=40".into()]).unwrap();
+    assert_eq!(config.train.eval_interval, 40);
+    let sets = ["train.steps=600".into(), "train.eval_interval=250".into()];
+    let err = RunConfig::parse(FILE, &sets).unwrap_err();
+    assert!(format!("{err:#}").contains("multiple of"), "{err:#}");
+}
+
+#[test]
+fn overrides_are_typed() {
+    let sets = [
+        "model.mixer=linear",
+        "train.lr=3e-4",
+        "model.shared_keys=true",
+        "data.tokenizer=byte",
+    ];
+    let config = RunConfig::parse(FILE, &sets.map(String::from)).unwrap();
+    assert_eq!(config.model.mixer, MixerKind::Linear);
+    assert_eq!(config.train.lr, 3e-4);
+    assert!(config.model.shared_keys);
+    let err = RunConfig::parse(FILE, &["train.steps=many".into()]).unwrap_err();
+    assert!(format!("{err:#}").contains("invalid type"), "{err:#}");
+}
+
+#[test]
+fn mistakes_name_the_key_and_the_place() {
+    let unknown = RunConfig::parse("[data]\ncorpus = \"x\"\nbatch = 3\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("line 3") && unknown.contains("unknown field `batch`"),
+        "{unknown}"
+    );
+    let mixer =
+        RunConfig::parse("[model]\nmixer = \"mamba\"\n[data]\ncorpus = \"x\"\n", &[]).unwrap_err();
+    assert!(
+        mixer
+            .to_string()
+            .contains("\"mamba\" is not one of hla2, hla3, ahla, linear, softmax"),
+        "{mixer}"
+    );
+    let missing = RunConfig::parse("[model]\n", &[]).unwrap_err().to_string();
+    assert!(missing.contains("missing field `data`"), "{missing}");
+    for (set, message) in [
+        (
+            "model.d_model=130",
+            "model.n_heads must be a divisor of d_model",
+        ),
+        ("model.chunk_size=0", "model.chunk_size must be at least 1"),
+        ("train.lr=-1", "train.lr must be positive and finite"),
+        ("train.context=5000", "longer than model.max_seq_len"),
+        (
+            "model.decay_base=-1",
+            "model.decay_base must be positive and finite",
+        ),
+        ("model.norm=\"batch\"", "\"batch\" is not one of rms, layer"),
+    ] {
+        let mut sets = vec![set.to_string()];
+        if set.starts_with("train.context") {
+            sets.push("model.mixer=softmax".into());
+        }
+        let err = RunConfig::parse(FILE, &sets).unwrap_err().to_string();
+        assert!(err.contains(message), "{set}: {err}");
+    }
+    let learned = ["train.context=5000", "model.positions=\"learned\""].map(String::from);
+    let err = RunConfig::parse(FILE, &learned).unwrap_err().to_string();
+    assert!(
+        err.contains("longer than model.max_seq_len (4096)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shipped_configs_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        RunConfig::load(&path, &[]).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        count += 1;
+    }
+    assert!(count >= 9, "smoke, 5 shakespeare-char and 3 mqar configs");
+}
