@@ -115,7 +115,11 @@ fn compare_trains_reports_and_skips_finished_runs() {
 
     let weights = std::fs::read(folder.join("runs/toy-hla2/model.bpk")).unwrap();
     let started = Instant::now();
-    let again = ok(d, &["compare", "--experiment", &file]);
+    // Other devices are not another config: the finished runs stay finished.
+    let again = ok(
+        d,
+        &["compare", "--experiment", &file, "--devices", "flex,flex"],
+    );
     assert!(
         again.contains("[1/2] toy-hla2: finished already, skipped")
             && again.contains("[2/2] toy-linear: finished already, skipped"),

@@ -102,6 +102,20 @@ fn one_step_on_two_devices_is_one_step_on_one() {
     .concat();
     let accumulated = train(d, &config, "accumulated", &accumulated);
 
+    let info = ok(
+        d,
+        &[
+            "info",
+            "--config",
+            config.to_str().unwrap(),
+            "--devices",
+            "flex,flex",
+        ],
+    );
+    assert!(
+        info.contains("# devices           flex, flex (multi): batch 8 = 2 × 4 per device"),
+        "{info}"
+    );
     let reference = parameters(d, &one);
     for (run, per_step) in [(&two, 2), (&accumulated, 2)] {
         let what = run.file_name().unwrap().to_string_lossy().into_owned();
