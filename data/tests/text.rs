@@ -358,16 +358,21 @@ fn archived_corpora_extract_their_texts() {
     );
 }
 
+/// A maker of the training windows (8 bytes) of a small byte-level corpus in `dir`.
+fn byte_windows(dir: &Path) -> impl Fn() -> hla_data::windows::AllWindows {
+    let source = write(dir, "c.txt", TEXT.repeat(10).as_bytes());
+    let (p, _) = prep(&source, TokenizerKind::Byte, 0.9, &dir.join("p")).unwrap();
+    let range = p.train_range();
+    let tokens = Arc::new(p.tokens);
+    move || hla_data::windows::AllWindows::new(tokens.clone(), range.clone(), 8).unwrap()
+}
+
 /// Draws resumed after k reads continue the sequence of an uninterrupted run.
 #[test]
 fn draws_resume_where_they_stopped() {
-    use hla_data::windows::{AllWindows, Draws};
+    use hla_data::windows::Draws;
     let dir = tempfile::tempdir().unwrap();
-    let source = write(dir.path(), "c.txt", TEXT.repeat(10).as_bytes());
-    let (p, _) = prep(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
-    let range = p.train_range();
-    let tokens = Arc::new(p.tokens);
-    let windows = || AllWindows::new(tokens.clone(), range.clone(), 8).unwrap();
+    let windows = byte_windows(dir.path());
     let whole = Draws::new(windows(), 6, 3, 0);
     let run: Vec<_> = (0..12).map(|i| whole.get(i % 6).unwrap()).collect();
     let resumed = Draws::new(windows(), 6, 3, 6);
@@ -380,13 +385,9 @@ fn draws_resume_where_they_stopped() {
 /// of one loader with the whole batch, whatever the order of reads, in every epoch.
 #[test]
 fn split_draws_give_each_step_the_one_device_batch() {
-    use hla_data::windows::{AllWindows, Draws};
+    use hla_data::windows::Draws;
     let dir = tempfile::tempdir().unwrap();
-    let source = write(dir.path(), "c.txt", TEXT.repeat(10).as_bytes());
-    let (p, _) = prep(&source, TokenizerKind::Byte, 0.9, &dir.path().join("p")).unwrap();
-    let range = p.train_range();
-    let tokens = Arc::new(p.tokens);
-    let windows = || AllWindows::new(tokens.clone(), range.clone(), 8).unwrap();
+    let windows = byte_windows(dir.path());
     // 2 epochs of 4 steps with batch 6: one loader, then 3 parts with batch 2, each part
     // read backwards so that the read order differs.
     let one = Draws::new(windows(), 24, 5, 0);
