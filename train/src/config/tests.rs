@@ -96,3 +96,35 @@ fn shipped_configs_are_valid() {
     }
     assert!(count >= 9, "smoke, 5 shakespeare-char and 3 mqar configs");
 }
+
+#[test]
+fn devices_are_checked_by_name_and_split_evenly() {
+    let two = ["train.devices=[\"cuda:0\", \"cuda:1\"]".to_string()];
+    let config = RunConfig::parse(FILE, &two).unwrap();
+    assert_eq!(config.train.batch_per_device(), 6);
+    let ddp = [two[0].clone(), "train.strategy=ddp".into()];
+    assert_eq!(
+        RunConfig::parse(FILE, &ddp).unwrap().train.strategy,
+        Strategy::Ddp,
+        "a DDP config reads on a machine without CUDA"
+    );
+    for (sets, message) in [
+        (
+            vec!["train.devices=[\"flex\", \"flex\", \"flex\", \"flex\", \"flex\"]"],
+            "train.batch_size (12) must be a multiple of the number of devices (5)",
+        ),
+        (
+            vec!["train.devices=[\"gpu\"]"],
+            "train.devices: unknown device \"gpu\"",
+        ),
+        (vec!["train.strategy=ddp"], "needs several CUDA devices"),
+        (
+            vec!["train.strategy=ring"],
+            "\"ring\" is not one of multi, ddp",
+        ),
+    ] {
+        let sets: Vec<String> = sets.into_iter().map(String::from).collect();
+        let err = format!("{:#}", RunConfig::parse(FILE, &sets).unwrap_err());
+        assert!(err.contains(message), "{sets:?}: {err}");
+    }
+}
