@@ -140,7 +140,6 @@ fn plan(experiment: &Experiment, only: &[String], args: &Args) -> Result<Vec<Pla
                     let error = e.context(format!("run {:?}", run.name));
                     anyhow::Error::from(UsageError::from(error))
                 })?;
-            crate::device::parse_all(&config.train.devices)?;
             let action = action(&RunDir::new(experiment.run_dir(&run.name)), &config)?;
             Ok(Plan {
                 run: run.clone(),
@@ -148,7 +147,19 @@ fn plan(experiment: &Experiment, only: &[String], args: &Args) -> Result<Vec<Pla
                 action,
             })
         })
-        .collect()
+        .collect::<Result<Vec<Plan>>>()
+        .and_then(check_devices)
+}
+
+/// Starts each distinct device list of the plans once, so that a device this machine
+/// lacks fails before anything trains.
+fn check_devices(plans: Vec<Plan>) -> Result<Vec<Plan>> {
+    let lists: std::collections::BTreeSet<&Vec<String>> =
+        plans.iter().map(|p| &p.config.train.devices).collect();
+    for names in lists {
+        crate::device::parse_all(names)?;
+    }
+    Ok(plans)
 }
 
 fn action(run: &RunDir, config: &RunConfig) -> Result<Action> {

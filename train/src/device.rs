@@ -122,7 +122,7 @@ pub fn parse(name: &str) -> Result<Device> {
 }
 
 /// The spec called `name`; a bad name is a usage error.
-pub fn spec(name: &str) -> Result<Spec> {
+fn spec(name: &str) -> Result<Spec> {
     name.parse::<Spec>()
         .map_err(|e| crate::config::UsageError::from(anyhow::anyhow!(e)).into())
 }

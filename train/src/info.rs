@@ -53,7 +53,7 @@ pub fn run(args: &Args) -> Result<()> {
     println!("# parameters        {}", model.num_params());
     println!(
         "# devices           {}",
-        crate::train::describe_devices(&config.train, &config.train.devices)
+        crate::train::describe_devices(&config.train)
     );
     let context = config.train.context;
     println!(

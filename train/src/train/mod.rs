@@ -216,7 +216,7 @@ fn init_lm(job: &Job, device: &Device, data: &Data) -> Lm {
     autodiff.seed(t.seed);
     let lm = config.model.lm_config(data.vocab_size()).init(&autodiff);
     let on = if t.devices.len() > 1 {
-        parallel::describe(t, &t.devices)
+        parallel::describe(t)
     } else {
         format!("{device:?}")
     };

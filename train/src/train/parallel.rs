@@ -35,7 +35,8 @@ pub fn execution(devices: &[Device], strategy: Strategy) -> Option<ExecutionStra
 }
 
 /// How `hla info` and the start of a run describe the devices and the batch.
-pub fn describe(t: &TrainSection, names: &[String]) -> String {
+pub fn describe(t: &TrainSection) -> String {
+    let names = &t.devices;
     let n = names.len().max(1);
     let per_step = t.batch_size * t.grad_accumulation;
     if n == 1 {
