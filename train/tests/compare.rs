@@ -211,3 +211,39 @@ fn experiment_mistakes_exit_with_2() {
     }
     assert!(!d.join("experiments/toy/runs").exists());
 }
+
+/// Every committed run was trained with what its experiment file and today's defaults
+/// say: a changed default (or a key added later with another default) would otherwise
+/// make `hla compare` refuse to go on, and `hla eval` rebuild the run with another model.
+#[test]
+fn committed_runs_match_their_experiments() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("experiments")).unwrap() {
+        let file = entry.unwrap().path().join("experiment.toml");
+        if !file.exists() {
+            continue;
+        }
+        let plan = ok(
+            &root,
+            &[
+                "compare",
+                "--experiment",
+                file.to_str().unwrap(),
+                "--dry-run",
+            ],
+        );
+        let changed: Vec<&str> = plan
+            .lines()
+            .filter(|l| l.contains("config changed"))
+            .collect();
+        assert!(
+            changed.is_empty(),
+            "{}:\n{}",
+            file.display(),
+            changed.join("\n")
+        );
+        checked += plan.matches("finished already").count();
+    }
+    assert!(checked > 0, "no committed runs found");
+}
