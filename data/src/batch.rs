@@ -14,6 +14,10 @@ pub struct LmBatch {
     pub targets: Tensor<2, Int>,
     /// `[batch, time]`: true where the target is scored.
     pub target_mask: Tensor<2, Bool>,
+    /// `[scored]`: the flat positions `row · time + col` of the scored targets, in order;
+    /// `None` when every target is scored. A loss needs the logits only there (MQAR scores
+    /// a few positions of each example).
+    pub scored: Option<Tensor<1, Int>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -40,10 +44,16 @@ impl Batcher<LmItem, LmBatch> for LmBatcher {
                 (inputs[at], targets[at], mask[at]) = (x.into(), y.into(), m);
             }
         }
+        let scored: Vec<i64> = (0..mask.len() as i64)
+            .filter(|&at| mask[at as usize])
+            .collect();
+        let scored = (scored.len() < mask.len())
+            .then(|| Tensor::from_data(TensorData::new(scored.clone(), [scored.len()]), device));
         LmBatch {
             inputs: Tensor::from_data(TensorData::new(inputs, [batch, time]), device),
             targets: Tensor::from_data(TensorData::new(targets, [batch, time]), device),
             target_mask: Tensor::from_data(TensorData::new(mask, [batch, time]), device),
+            scored,
         }
     }
 }

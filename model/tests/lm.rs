@@ -156,6 +156,77 @@ fn every_parameter_learns() {
     }
 }
 
+/// Every parameter's gradient, flattened in visiting order.
+struct GradDump<'a> {
+    grads: &'a GradientsParams,
+    values: Vec<f64>,
+}
+
+impl ModuleVisitor for GradDump<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let grad = self.grads.get::<D>(param.id).expect("a gradient");
+        self.values.extend(common::host(&grad));
+    }
+}
+
+fn grad_dump(model: &hla_model::lm::Lm, grads: &GradientsParams) -> Vec<f64> {
+    let mut dump = GradDump {
+        grads,
+        values: Vec::new(),
+    };
+    model.visit(&mut dump);
+    dump.values
+}
+
+/// `forward_at` gives the rows of `forward` at the flat positions asked for, and the
+/// same gradients through them.
+#[test]
+fn forward_at_equals_forward_rows() {
+    for device in devices() {
+        let ad = device.clone().autodiff();
+        for mixer in MIXERS {
+            let config = tiny(mixer);
+            let model = config.init(&ad);
+            let mut rng = Rng::new(8);
+            let ids = tokens(&mut rng, 2, 21, config.vocab_size, &ad);
+            let at =
+                Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 5, 20, 24, 41], [5]), &ad);
+            let vocab = config.vocab_size;
+            let weights = rng.tensor([5, vocab], 1.0, &ad);
+            let rows = model
+                .forward(ids.clone())
+                .reshape([42, vocab])
+                .select(0, at.clone());
+            let part = model.forward_at(ids, at);
+            let err = rel_rms(&part, &rows);
+            assert!(
+                err <= TOL,
+                "{mixer:?}: forward_at vs forward rows {err:.3e}"
+            );
+            let grads = |logits: Tensor<2>| {
+                let loss = (logits * weights.clone()).sum();
+                grad_dump(
+                    &model,
+                    &GradientsParams::from_grads(loss.backward(), &model),
+                )
+            };
+            let (full, sparse) = (grads(rows), grads(part));
+            let scale = full.iter().map(|g| g * g).sum::<f64>().sqrt();
+            let diff = full
+                .iter()
+                .zip(&sparse)
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum::<f64>()
+                .sqrt();
+            assert!(
+                scale > 0.0 && diff <= TOL * scale,
+                "{mixer:?}: gradients differ by {:.3e}",
+                diff / scale
+            );
+        }
+    }
+}
+
 /// Parameters: embedding, learned positions when on, per block two norms (a gain each: the
 /// LayerNorm has no bias), q/k/v/out projections, the short convolution, gate, output norm
 /// and gate when on, and the MLP (SwiGLU: three matrices, GELU: two); a final norm; the

@@ -62,9 +62,22 @@ impl NanGuard {
 }
 
 impl Trainee {
-    /// Chunked forward and the mean loss over the scored targets. Unscored targets are
-    /// set to 0, the pad token of the accuracy metric (MQAR's filler, never a value).
+    /// Chunked forward and the mean loss over the scored targets. Where only some are
+    /// scored (MQAR) the logits are computed there alone, as a `[1, scored, vocab]`
+    /// sequence; otherwise every position's, with unscored targets set to 0, the pad token
+    /// of the accuracy metric (MQAR's filler, never a value).
     pub fn forward_batch(&self, batch: LmBatch) -> SequenceOutput {
+        if let Some(at) = batch.scored {
+            let [rows, time] = batch.targets.dims();
+            let logits = self
+                .lm
+                .forward_at(batch.inputs, at.clone())
+                .unsqueeze_dim(0);
+            let targets = batch.targets.reshape([rows * time]).select(0, at);
+            let targets: Tensor<2, Int> = targets.unsqueeze_dim(0);
+            let loss = token_nll(logits.clone(), targets.clone()).mean();
+            return SequenceOutput::new(loss, logits, None, targets);
+        }
         let logits = self.lm.forward(batch.inputs);
         let (loss, _) = masked_mean_nll(
             logits.clone(),
@@ -111,5 +124,57 @@ impl InferenceStep for Trainee {
 
     fn step(&self, batch: LmBatch) -> SequenceOutput {
         self.forward_batch(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::data::dataloader::batcher::Batcher;
+    use hla_data::batch::LmBatcher;
+    use hla_data::mqar::{MqarConfig, MqarSetting};
+    use hla_model::lm::{LmConfig, MixerKind};
+
+    use super::*;
+
+    /// On MQAR (a few scored positions) the loss from the logits at the scored positions
+    /// alone equals the masked mean over all positions' logits; the batch says where.
+    #[test]
+    fn scored_positions_give_the_masked_loss() {
+        let device = Device::default();
+        let task = MqarConfig {
+            vocab_size: 64,
+            settings: vec![MqarSetting {
+                seq_len: 32,
+                num_kv_pairs: 4,
+                train_examples: 3,
+                test_examples: 0,
+            }],
+            power_a: 0.01,
+            random_non_queries: true,
+            seed: 3,
+        };
+        let batch = LmBatcher.batch(task.train().unwrap(), &device);
+        assert_eq!(batch.scored.as_ref().map(|at| at.dims()), Some([12]));
+        let lm = LmConfig::new(64)
+            .with_mixer(MixerKind::Hla2)
+            .with_d_model(16)
+            .with_n_heads(2)
+            .with_n_layers(1)
+            .init(&device);
+        let all = masked_mean_nll(
+            lm.forward(batch.inputs.clone()),
+            batch.targets.clone(),
+            batch.target_mask.clone(),
+        )
+        .0;
+        let trainee = Trainee {
+            lm,
+            guard: NanGuard::default(),
+            gradient_scale: 1.0,
+        };
+        let output = trainee.forward_batch(batch);
+        let (a, b) = (all.into_scalar::<f32>(), output.loss.into_scalar::<f32>());
+        assert!((a - b).abs() <= 1e-5 * a.abs(), "{a} vs {b}");
+        assert_eq!(output.targets.dims(), [1, 12]);
     }
 }

@@ -376,6 +376,17 @@ impl Lm {
         self.run(tokens, &mut state, self.form)
     }
 
+    /// `tokens [batch, time]`, `at [n]` flat positions `row · time + col` → the logits
+    /// there, `[n, vocab]`, chunk-parallel: what a loss over a few scored positions needs,
+    /// without the head's cost at every other position.
+    pub fn forward_at(&self, tokens: Tensor<2, Int>, at: Tensor<1, Int>) -> Tensor<2> {
+        let mut state = self.init_state(tokens.dims()[0]);
+        let x = self.features(tokens, &mut state, self.form);
+        let [batch, time, d_model] = x.dims();
+        let x = x.reshape([batch * time, d_model]).select(0, at);
+        self.logits(x.unsqueeze_dim(0)).squeeze_dim(0)
+    }
+
     /// An empty state (no token seen) for `batch` sequences.
     pub fn init_state(&self, batch: usize) -> LmState {
         LmState {
@@ -439,6 +450,12 @@ impl Lm {
     }
 
     fn run(&self, tokens: Tensor<2, Int>, state: &mut LmState, form: Form) -> Tensor<3> {
+        let x = self.features(tokens, state, form);
+        self.logits(x)
+    }
+
+    /// The blocks' output before the final norm, `[batch, time, d_model]`.
+    fn features(&self, tokens: Tensor<2, Int>, state: &mut LmState, form: Form) -> Tensor<3> {
         let [batch, time] = tokens.dims();
         assert_eq!(
             batch, state.batch,
@@ -455,6 +472,11 @@ impl Lm {
             *layer = Some(next);
         }
         state.position += time;
+        x
+    }
+
+    /// The final norm and the head: `[batch, time, d_model]` → `[batch, time, vocab]`.
+    fn logits(&self, x: Tensor<3>) -> Tensor<3> {
         let x = norm::either(&self.norm, &self.layer_norm, x);
         match &self.head {
             Some(head) => linear::linear(head, x),
