@@ -67,8 +67,19 @@ enum Command {
     Bench(bench::Args),
 }
 
+/// A reader that stops early (`hla compare --dry-run | head`) ends `hla` quietly, as it
+/// does other Unix tools: Rust ignores SIGPIPE, which turns the next print into a panic.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: restores one signal's default action, before any other thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     alloc::keep_freed_buffers();
+    default_sigpipe();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Train(args) => train::run(args),

@@ -687,3 +687,26 @@ fn bench_times_training_steps() {
     assert!(tables.contains("- nanogpt softmax: "), "{tables}");
     assert!(!tables.contains("## Operators"), "{tables}");
 }
+
+/// A reader that stops early (`hla … | head`) ends `hla` quietly, by SIGPIPE as other Unix
+/// tools, not with a panic from a failed print.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path(), "hla2");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hla"))
+        .args(["info", "--config", config.to_str().unwrap()])
+        .env("HLA_DATA_DIR", dir.path().join("data"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+}
