@@ -30,8 +30,8 @@ fn variants(mixer: MixerKind) -> Vec<LmConfig> {
         out.extend([
             base.clone().with_decay(DecayKind::Gated),
             base.clone().with_decay(DecayKind::None),
-            // The strongest fixed decay the sweeps use: γ = 1/2, 3/4.
-            base.clone().with_decay_base(1.0),
+            // RetNet's base, which the MQAR configs keep (the default is 0.5).
+            base.clone().with_decay_base(5.0),
             base.clone().with_shared_keys(true).with_output_gate(true),
             base.clone()
                 .with_normalize(true)
