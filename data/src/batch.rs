@@ -44,11 +44,13 @@ impl Batcher<LmItem, LmBatch> for LmBatcher {
                 (inputs[at], targets[at], mask[at]) = (x.into(), y.into(), m);
             }
         }
-        let scored: Vec<i64> = (0..mask.len() as i64)
-            .filter(|&at| mask[at as usize])
-            .collect();
-        let scored = (scored.len() < mask.len())
-            .then(|| Tensor::from_data(TensorData::new(scored.clone(), [scored.len()]), device));
+        let scored = mask.contains(&false).then(|| {
+            let at: Vec<i64> = (0..mask.len() as i64)
+                .filter(|&at| mask[at as usize])
+                .collect();
+            let n = at.len();
+            Tensor::from_data(TensorData::new(at, [n]), device)
+        });
         LmBatch {
             inputs: Tensor::from_data(TensorData::new(inputs, [batch, time]), device),
             targets: Tensor::from_data(TensorData::new(targets, [batch, time]), device),

@@ -5,9 +5,8 @@
 
 mod common;
 
-use burn::module::{ModuleVisitor, Param};
 use burn::prelude::*;
-use common::{MIXERS, Rng, devices, rel_rms, tiny};
+use common::{MIXERS, Rng, devices, param_grads, rel_rms, tiny};
 use hla_model::lm::{DecayKind, FeatureMap, Lm, LmConfig, MixerKind, MlpKind, NormKind, Positions};
 
 /// The tiny model of every case, with options changed one at a time.
@@ -43,21 +42,6 @@ fn configs() -> Vec<LmConfig> {
     out
 }
 
-/// Every parameter's gradient, in visiting order.
-struct Grads<'a> {
-    grads: &'a burn::tensor::Gradients,
-    out: Vec<Tensor<1>>,
-}
-
-impl ModuleVisitor for Grads<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let grad = param
-            .grad(self.grads)
-            .expect("every parameter gets a gradient");
-        self.out.push(grad.flatten(0, D - 1));
-    }
-}
-
 /// The loss of `lm` on `inputs` and the gradient of every parameter.
 fn loss_and_grads(
     lm: &Lm,
@@ -65,16 +49,8 @@ fn loss_and_grads(
     targets: &Tensor<2, Int>,
 ) -> (Tensor<1>, Vec<Tensor<1>>) {
     let loss = lm.loss(inputs.clone(), targets.clone());
-    let grads = loss.backward();
-    let mut visitor = Grads {
-        grads: &grads,
-        out: Vec::new(),
-    };
-    lm.visit(&mut visitor);
-    (
-        loss.inner(),
-        visitor.out.into_iter().map(|g| g.inner()).collect(),
-    )
+    let grads = param_grads(lm, &loss.backward());
+    (loss.inner(), grads)
 }
 
 #[test]

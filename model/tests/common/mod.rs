@@ -1,10 +1,11 @@
 //! Shared helpers for the HLA tests: devices, seeded data, the comparison metric.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use burn::module::{ModuleVisitor, Param};
 use burn::prelude::*;
 use hla_model::compare::relative_rms_error;
 use hla_model::hla::{HlaInput, HlaState, Order, Output};
-use hla_model::lm::{LmConfig, MixerKind};
+use hla_model::lm::{Lm, LmConfig, MixerKind};
 
 /// The tolerance of every f32 comparison: relative RMS error (flash-linear-attention's metric).
 pub const TOL: f64 = 1e-4;
@@ -246,4 +247,27 @@ impl Worst {
             eprintln!("  {name:<40} {err:.2e}");
         }
     }
+}
+
+/// Every parameter's gradient in `grads`, flattened, in visiting order (off the autodiff
+/// graph).
+pub fn param_grads(lm: &Lm, grads: &burn::tensor::Gradients) -> Vec<Tensor<1>> {
+    struct Grads<'a> {
+        grads: &'a burn::tensor::Gradients,
+        out: Vec<Tensor<1>>,
+    }
+    impl ModuleVisitor for Grads<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let grad = param
+                .grad(self.grads)
+                .expect("every parameter gets a gradient");
+            self.out.push(grad.flatten(0, D - 1));
+        }
+    }
+    let mut visitor = Grads {
+        grads,
+        out: Vec::new(),
+    };
+    lm.visit(&mut visitor);
+    visitor.out.into_iter().map(|g| g.inner()).collect()
 }
