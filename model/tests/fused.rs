@@ -31,7 +31,7 @@ fn configs() -> Vec<LmConfig> {
                     .with_output_gate(true),
                 base.clone().with_shared_keys(true),
                 base.clone()
-                    .with_normalize(true)
+                    .with_normalize(Some(true))
                     .with_feature_map(Some(FeatureMap::EluPlusOne)),
                 base.clone().with_feature_map(Some(FeatureMap::Scale)),
                 base.clone().with_feature_map(Some(FeatureMap::Identity)),

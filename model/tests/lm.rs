@@ -33,10 +33,16 @@ fn variants(mixer: MixerKind) -> Vec<LmConfig> {
             // RetNet's base, which the MQAR configs keep (the default is 0.5).
             base.clone().with_decay_base(5.0),
             base.clone().with_shared_keys(true).with_output_gate(true),
+            // Both output recipes, whichever is the mixer's default: the ratio
+            // normalisation, and L2 features with the output norm.
             base.clone()
-                .with_normalize(true)
-                .with_output_norm(false)
+                .with_normalize(Some(true))
+                .with_output_norm(Some(false))
                 .with_feature_map(Some(FeatureMap::EluPlusOne)),
+            base.clone()
+                .with_normalize(Some(false))
+                .with_output_norm(Some(true))
+                .with_feature_map(Some(FeatureMap::L2)),
         ]);
     }
     out
@@ -214,7 +220,7 @@ fn expected_params(c: &LmConfig) -> usize {
     } else {
         0
     };
-    let out_norm = if c.output_norm && recurrent {
+    let out_norm = if c.resolved_output_norm() && recurrent {
         d_head
     } else {
         0
@@ -268,12 +274,26 @@ fn state_size_is_constant_except_for_softmax() {
     let (d, h) = (32, 2);
     let dh = d / h;
     let conv = 3 * 3 * d; // (kernel − 1) × channels of q, k, v
-    let size = |mixer| tiny(mixer).init(device).state_size(1000);
-    assert_eq!(size(MixerKind::Linear), h * dh * dh + conv);
-    assert_eq!(size(MixerKind::Hla2), h * (dh * dh + dh * dh) + conv);
-    assert_eq!(size(MixerKind::Hla3), h * (dh * dh + 2 * dh * dh) + conv);
-    assert_eq!(size(MixerKind::Ahla), h * 2 * dh * dh + conv);
-    assert_eq!(size(MixerKind::Softmax), 2 * d * 1000 + conv);
+    let size = |config: LmConfig| config.init(device).state_size(1000);
+    let plain = |mixer| tiny(mixer).with_normalize(Some(false));
+    assert_eq!(size(plain(MixerKind::Linear)), h * dh * dh + conv);
+    assert_eq!(size(plain(MixerKind::Hla2)), h * (dh * dh + dh * dh) + conv);
+    assert_eq!(
+        size(plain(MixerKind::Hla3)),
+        h * (dh * dh + 2 * dh * dh) + conv
+    );
+    assert_eq!(size(plain(MixerKind::Ahla)), h * 2 * dh * dh + conv);
+    assert_eq!(size(tiny(MixerKind::Softmax)), 2 * d * 1000 + conv);
+    // hla3 and AHLA divide by the masked denominator by default: its two running sums
+    // of keys (the recurrences with v = 1) add 2·dh per head.
+    assert_eq!(
+        size(tiny(MixerKind::Hla3)),
+        h * (3 * dh * dh + 2 * dh) + conv
+    );
+    assert_eq!(
+        size(tiny(MixerKind::Ahla)),
+        h * (2 * dh * dh + 2 * dh) + conv
+    );
 }
 
 /// Unnormalised HLA grows like t² without decay (spec §9); with the default recipe the

@@ -293,10 +293,14 @@ mod tests {
         let a = RunConfig::parse(text, &[]).unwrap();
         let b =
             RunConfig::parse(text, &["train.lr=3e-3".into(), "model.mixer=ahla".into()]).unwrap();
+        // AHLA's own defaults of the mixer-dependent keys count as changes too.
         assert_eq!(
             differences(&a, &b),
             [
+                "model.feature_map: \"l2\" → \"elu_plus_one\"",
                 "model.mixer: \"hla2\" → \"ahla\"",
+                "model.normalize: false → true",
+                "model.output_norm: true → false",
                 "train.lr: 0.001 → 0.003"
             ]
         );

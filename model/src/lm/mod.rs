@@ -127,9 +127,10 @@ names!(Positions { Rope => "rope", Learned => "learned" });
 names!(MlpKind { Swiglu => "swiglu", Gelu => "gelu" });
 names!(NormKind { Rms => "rms", Layer => "layer" });
 
-/// A language-model configuration; the defaults are the recipe that trains best in
-/// `shared/reference/hla-training-notes.md` (L2 q/k, fixed multi-scale decay, short
-/// convolution, per-head output RMSNorm).
+/// A language-model configuration; the defaults are the recipe that trained best on
+/// tiny-shakespeare here (experiments/shakespeare-char-full): fixed multi-scale decay at
+/// b = 0.5, short convolution, and per mixer either L2 q/k with a per-head output RMSNorm
+/// (hla2; linear attention with elu + 1) or the ratio normalisation (hla3, AHLA).
 #[derive(Config, Debug)]
 pub struct LmConfig {
     pub vocab_size: usize,
@@ -141,7 +142,8 @@ pub struct LmConfig {
     pub n_heads: usize,
     #[config(default = "MixerKind::Hla2")]
     pub mixer: MixerKind,
-    /// `None`: the mixer's default (L2 for HLA, elu+1 for linear attention).
+    /// `None`: the mixer's default (elu + 1 for linear attention and wherever the masked
+    /// denominator is on, which needs nonnegative features; L2 for HLA otherwise).
     #[config(default = "None")]
     pub feature_map: Option<FeatureMap>,
     #[config(default = "DecayKind::Fixed")]
@@ -155,8 +157,10 @@ pub struct LmConfig {
     /// Kernel of the short causal convolution on q, k, v; 0 turns it off.
     #[config(default = 4)]
     pub short_conv: usize,
-    #[config(default = true)]
-    pub output_norm: bool,
+    /// The per-head output RMSNorm of HLA and linear attention; `None`: the mixer's
+    /// default, on unless the mixer divides by the masked denominator by default.
+    #[config(default = "None")]
+    pub output_norm: Option<bool>,
     #[config(default = false)]
     pub output_gate: bool,
     /// One key per layer shared by all heads (multi-query, spec §11).
@@ -164,9 +168,10 @@ pub struct LmConfig {
     pub shared_keys: bool,
     /// Divide by the masked denominator (spec §3). Meant for a nonnegative feature map
     /// (`elu_plus_one`): with signed q and k the denominator can cross zero, and the output
-    /// jumps where it does (spec §9).
-    #[config(default = false)]
-    pub normalize: bool,
+    /// jumps where it does (spec §9). `None`: the mixer's default, on for hla3 and AHLA
+    /// (see [`ratio_by_default`](Self::ratio_by_default)).
+    #[config(default = "None")]
+    pub normalize: Option<bool>,
     #[config(default = 64)]
     pub chunk_size: usize,
     /// Most tokens computed chunk-parallel in one pass (rounded down to whole chunks);
@@ -302,13 +307,35 @@ impl LmConfig {
         }
     }
 
+    /// Whether the mixer's default output is the ratio normalisation: the masked
+    /// denominator with elu + 1 features and no output RMSNorm. On tiny-shakespeare it
+    /// trains hla3 and AHLA far better than L2 features with the output norm
+    /// (experiments/shakespeare-char-full, item 4 of its reading).
+    pub fn ratio_by_default(&self) -> bool {
+        matches!(self.mixer, MixerKind::Hla3 | MixerKind::Ahla)
+    }
+
+    /// Divide by the masked denominator: `normalize`, else the mixer's default.
+    pub fn resolved_normalize(&self) -> bool {
+        self.normalize.unwrap_or(self.ratio_by_default())
+    }
+
+    /// The per-head output RMSNorm: `output_norm`, else the mixer's default.
+    pub fn resolved_output_norm(&self) -> bool {
+        self.output_norm.unwrap_or(!self.ratio_by_default())
+    }
+
     /// The feature map of HLA and linear attention: `feature_map`, else the mixer's
-    /// default (elu + 1 for linear attention, L2 for HLA).
+    /// default (elu + 1 for linear attention and with the masked denominator, L2 for HLA
+    /// otherwise).
     pub fn resolved_feature_map(&self) -> FeatureMap {
-        self.feature_map.unwrap_or(match self.mixer {
-            MixerKind::Linear => FeatureMap::EluPlusOne,
-            _ => FeatureMap::L2,
-        })
+        self.feature_map.unwrap_or(
+            if self.mixer == MixerKind::Linear || self.resolved_normalize() {
+                FeatureMap::EluPlusOne
+            } else {
+                FeatureMap::L2
+            },
+        )
     }
 
     /// The longest sequence the model can run (`None`: any), a limit of RoPE's table and

@@ -56,6 +56,7 @@ impl RunConfig {
         // Validation runs every eval_interval steps and at the end: a run shorter than
         // one interval validates at its end only.
         config.train.eval_interval = config.train.eval_interval.min(config.train.steps);
+        config.model.resolve_defaults();
         config.validate()?;
         Ok(config)
     }

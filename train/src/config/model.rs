@@ -21,10 +21,12 @@ pub struct ModelSection {
     pub decay: DecayKind,
     pub decay_base: f64,
     pub short_conv: usize,
-    pub output_norm: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_norm: Option<bool>,
     pub output_gate: bool,
     pub shared_keys: bool,
-    pub normalize: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<bool>,
     pub chunk_size: usize,
     pub segment_size: usize,
     pub mlp: bool,
@@ -73,6 +75,19 @@ impl Default for ModelSection {
 }
 
 impl ModelSection {
+    /// Writes out the mixer's defaults of the keys whose default depends on the mixer
+    /// (`feature_map`, `normalize`, `output_norm`), so that a recorded run says what it
+    /// trained whatever later defaults become; softmax attention uses none of them and
+    /// keeps its feature map unset.
+    pub fn resolve_defaults(&mut self) {
+        let c = self.lm_config(1);
+        self.normalize = Some(c.resolved_normalize());
+        self.output_norm = Some(c.resolved_output_norm());
+        if self.mixer != MixerKind::Softmax {
+            self.feature_map = Some(c.resolved_feature_map());
+        }
+    }
+
     pub fn lm_config(&self, vocab_size: usize) -> LmConfig {
         LmConfig {
             vocab_size,

@@ -13,6 +13,45 @@ fn defaults_fill_what_the_file_leaves_out() {
 }
 
 #[test]
+fn mixer_dependent_defaults_are_written_out() {
+    let parse = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        RunConfig::parse(FILE, &sets).unwrap().model
+    };
+    let explicit = |m: &ModelSection| (m.feature_map, m.normalize, m.output_norm);
+    // hla3's default is the ratio normalisation: the denominator, elu + 1, no output norm.
+    let ratio = (Some(FeatureMap::EluPlusOne), Some(true), Some(false));
+    let plain = (Some(FeatureMap::L2), Some(false), Some(true));
+    assert_eq!(explicit(&parse(&[])), ratio);
+    assert_eq!(explicit(&parse(&["model.mixer=ahla"])), ratio);
+    assert_eq!(explicit(&parse(&["model.mixer=hla2"])), plain);
+    // Without the denominator HLA's features default to L2 again.
+    assert_eq!(
+        explicit(&parse(&["model.normalize=false"])),
+        (plain.0, plain.1, Some(false))
+    );
+    let linear = parse(&["model.mixer=linear"]);
+    assert_eq!(
+        explicit(&linear),
+        (Some(FeatureMap::EluPlusOne), Some(false), Some(true))
+    );
+    assert_eq!(
+        parse(&["model.mixer=softmax"]).feature_map,
+        None,
+        "softmax has no feature map"
+    );
+    // A recorded run keeps its meaning when the defaults change: the keys are in its file.
+    let recorded = RunConfig::parse(FILE, &[]).unwrap().to_toml();
+    for key in [
+        "feature_map = \"elu_plus_one\"",
+        "normalize = true",
+        "output_norm = false",
+    ] {
+        assert!(recorded.contains(key), "{key} not in\n{recorded}");
+    }
+}
+
+#[test]
 fn a_run_shorter_than_one_eval_interval_validates_at_its_end() {
     let config = RunConfig::parse(FILE, &["train.steps=40".into()]).unwrap();
     assert_eq!(config.train.eval_interval, 40);

@@ -229,14 +229,14 @@ fn recurrence(c: &LmConfig, d_head: usize) -> Value {
                 ),
             }),
         },
-        "denominator": c.normalize.then(|| json!({
+        "denominator": c.resolved_normalize().then(|| json!({
             "epsilon": DENOMINATOR_EPS,
             "formula": format!(
                 "o_t = num_t / (sign(den_t) * max(|den_t|, {DENOMINATOR_EPS:e})), sign(0) = +1; \
                  den_t: the same recurrence with v_t = 1"
             ),
         })),
-        "output_norm": c.output_norm.then(|| json!({
+        "output_norm": c.resolved_output_norm().then(|| json!({
             "kind": "rms",
             "gamma": format!("{p}out_norm.gamma"),
             "shape": [d_head],

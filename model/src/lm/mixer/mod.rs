@@ -108,7 +108,7 @@ impl Mixer {
             conv: (config.short_conv > 0)
                 .then(|| ShortConvConfig::new(channels, config.short_conv).init(device)),
             gate: gated.then(|| linear_layer(d, heads, std, device)),
-            out_norm: (config.output_norm && kind != MixerKind::Softmax)
+            out_norm: (config.resolved_output_norm() && kind != MixerKind::Softmax)
                 .then(|| RmsNormConfig::new(d_head).init(device)),
             out_gate: config.output_gate.then(|| linear_layer(d, d, std, device)),
             out: linear_layer(d, d, config.residual_std(), device),
@@ -121,7 +121,7 @@ impl Mixer {
                 decay_base: config.decay_base,
                 heads,
                 d_head,
-                output: if config.normalize {
+                output: if config.resolved_normalize() {
                     Output::Normalized {
                         eps: DENOMINATOR_EPS,
                     }
