@@ -2,7 +2,10 @@
 //! N-th discrete GPU), `cuda` and `cuda:N`, each usable when its backend was compiled in.
 
 use std::fmt;
+use std::io::Write;
+use std::process::ExitCode;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use burn::prelude::*;
@@ -135,6 +138,26 @@ pub fn parse_all(names: &[String]) -> Result<Vec<Device>> {
     names.iter().map(|name| parse(name)).collect()
 }
 
+/// Whether this process has started (or tried to start) a wgpu device; see [`exit`].
+static WGPU_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// The process's exit: `code`, and after a wgpu device without running the C libraries'
+/// exit handlers. cubecl never destroys its devices, and its poll thread may still be
+/// inside the driver when a Vulkan driver's library destructors run (CI saw a finished
+/// `hla train --device wgpu` on Mesa's lavapipe end with a failure status and no message).
+/// Every file is written by then; only the standard streams need flushing.
+pub fn exit(code: u8) -> ExitCode {
+    #[cfg(unix)]
+    if WGPU_STARTED.load(Ordering::SeqCst) {
+        // A failed flush (a closed pipe) changes nothing about how the run went.
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: ends the process; no Rust state is used afterwards.
+        unsafe { libc::_exit(code.into()) }
+    }
+    ExitCode::from(code)
+}
+
 /// The GPU, started now: a machine without an adapter, or a bad
 /// `CUBECL_WGPU_DEFAULT_DEVICE`, then gets one message instead of a panic at the first
 /// tensor.
@@ -142,6 +165,7 @@ pub fn parse_all(names: &[String]) -> Result<Vec<Device>> {
 fn wgpu(index: Option<usize>) -> Result<Device> {
     use burn::tensor::DeviceKind;
     use burn::tensor::wgpu::WgpuInitError;
+    WGPU_STARTED.store(true, Ordering::SeqCst);
     let kind = index.map_or(DeviceKind::DefaultDevice, DeviceKind::DiscreteGpu);
     Device::wgpu_options()
         .device_kind(kind)

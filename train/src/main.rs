@@ -92,16 +92,13 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Bench(args) => bench::run(args),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    let code = match result {
+        Ok(()) => 0,
         Err(err) => {
             eprintln!("error: {err:#}");
             // Usage and config mistakes exit with 2, as clap's own do; failures with 1.
-            if err.is::<config::UsageError>() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
+            if err.is::<config::UsageError>() { 2 } else { 1 }
         }
-    }
+    };
+    device::exit(code)
 }

@@ -34,7 +34,11 @@ fn stdout_of(command: &mut Command) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),
     );
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}\n{stderr}",
+        output.status
+    );
     stdout.into_owned()
 }
 

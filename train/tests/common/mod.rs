@@ -22,7 +22,8 @@ pub fn ok(data_dir: &Path, args: &[&str]) -> String {
     let output = hla(data_dir, args);
     assert!(
         output.status.success(),
-        "{args:?} failed: {}",
+        "{args:?} failed ({}): {}",
+        output.status,
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).expect("UTF-8 output")
