@@ -4,6 +4,7 @@
 //! default recipe of HLA and linear attention runs fused from the projections on
 //! ([`tokens`]).
 
+mod features;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod tokens;
 
@@ -12,7 +13,7 @@ use burn::nn::{
     Linear, LinearConfig, RmsNorm, RmsNormConfig, RotaryEncoding, RotaryEncodingConfig,
 };
 use burn::prelude::*;
-use burn::tensor::activation::{elu, log_sigmoid, silu};
+use burn::tensor::activation::{log_sigmoid, silu};
 
 use super::attention::causal_attention;
 use super::conv::{ShortConv, ShortConvConfig};
@@ -383,26 +384,6 @@ impl Mixer {
         };
         memory + conv
     }
-}
-
-impl FeatureMap {
-    /// Applies the map to queries and keys `[batch, heads, time, d]`.
-    fn apply(self, q: Tensor<4>, k: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
-        match self {
-            Self::Identity => (q, k),
-            Self::L2 => (l2_normalize(q), l2_normalize(k)),
-            Self::Scale => {
-                let d = q.dims()[3] as f64;
-                (q / d.sqrt(), k)
-            }
-            Self::EluPlusOne => (elu(q, 1.0) + 1.0, elu(k, 1.0) + 1.0),
-        }
-    }
-}
-
-fn l2_normalize(x: Tensor<4>) -> Tensor<4> {
-    let norm = x.clone().square().sum_dim(3).sqrt().clamp_min(L2_EPS);
-    x / norm
 }
 
 fn split3(x: Tensor<3>, widths: [usize; 3]) -> (Tensor<3>, Tensor<3>, Tensor<3>) {
