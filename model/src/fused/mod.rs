@@ -20,7 +20,7 @@ mod host;
 mod ops;
 pub(crate) mod simd;
 #[cfg(all(test, any(feature = "ndarray", feature = "flex")))]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

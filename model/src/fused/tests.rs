@@ -17,7 +17,8 @@ use crate::lm::norm::rms_norm;
 /// Elementwise kernels differ from Burn's ops by rounding only (and `exp` by 2 ulp).
 const TOL: f64 = 1e-5;
 
-fn devices() -> Vec<Device> {
+/// The CPU devices compiled in, with autodiff.
+pub(crate) fn devices() -> Vec<Device> {
     vec![
         #[cfg(feature = "ndarray")]
         #[allow(deprecated)]
