@@ -294,15 +294,8 @@ mod tests {
     /// 16 and 64; d ≠ dv.
     #[test]
     fn fused_chunked_forms_equal_the_composed_ones() {
-        #[allow(deprecated)]
-        let devices = [
-            #[cfg(feature = "ndarray")]
-            Device::ndarray().autodiff(),
-            #[cfg(feature = "flex")]
-            Device::flex().autodiff(),
-        ];
         let (b, h, d, dv) = (2, 3, 5, 4);
-        for device in devices {
+        for device in crate::fused::tests::devices() {
             for (name, run, state_dims) in [
                 ("first", first_order as fn(bool) -> Run, vec![[b, h, d, dv]]),
                 ("second", second_order, vec![[b, h, d, d], [b, h, d, dv]]),
