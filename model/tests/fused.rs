@@ -30,13 +30,20 @@ fn configs() -> Vec<LmConfig> {
                     .with_decay(DecayKind::None)
                     .with_output_gate(true),
                 base.clone().with_shared_keys(true),
-                base.clone()
-                    .with_normalize(Some(true))
-                    .with_feature_map(Some(FeatureMap::EluPlusOne)),
-                base.clone().with_feature_map(Some(FeatureMap::Scale)),
-                base.clone().with_feature_map(Some(FeatureMap::Identity)),
-                base.clone().with_feature_map(Some(FeatureMap::L2)),
+                // The default divides by the masked denominator; with the output norm too.
+                base.clone().with_output_norm(Some(true)),
             ]);
+            // Without the denominator, every feature map.
+            let raw = base.clone().with_normalize(Some(false));
+            out.extend(
+                [
+                    FeatureMap::EluPlusOne,
+                    FeatureMap::Scale,
+                    FeatureMap::Identity,
+                    FeatureMap::L2,
+                ]
+                .map(|map| raw.clone().with_feature_map(Some(map))),
+            );
         }
     }
     out

@@ -284,8 +284,11 @@ fn state_size_is_constant_except_for_softmax() {
     );
     assert_eq!(size(plain(MixerKind::Ahla)), h * 2 * dh * dh + conv);
     assert_eq!(size(tiny(MixerKind::Softmax)), 2 * d * 1000 + conv);
-    // hla3 and AHLA divide by the masked denominator by default: its two running sums
-    // of keys (the recurrences with v = 1) add 2·dh per head.
+    // The linear-time mixers divide by the masked denominator by default: its running
+    // sums of keys (the recurrences with v = 1) add dh per head for first and second
+    // order and 2·dh for third order and AHLA.
+    assert_eq!(size(tiny(MixerKind::Linear)), h * (dh * dh + dh) + conv);
+    assert_eq!(size(tiny(MixerKind::Hla2)), h * (2 * dh * dh + dh) + conv);
     assert_eq!(
         size(tiny(MixerKind::Hla3)),
         h * (3 * dh * dh + 2 * dh) + conv

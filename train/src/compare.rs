@@ -291,16 +291,16 @@ mod tests {
     fn differences_name_the_keys() {
         let text = "[data]\ncorpus = \"x\"\n";
         let a = RunConfig::parse(text, &[]).unwrap();
-        let b =
-            RunConfig::parse(text, &["train.lr=3e-3".into(), "model.mixer=ahla".into()]).unwrap();
-        // AHLA's own defaults of the mixer-dependent keys count as changes too.
+        let sets = ["train.lr=3e-3", "model.mixer=ahla", "model.normalize=false"];
+        let b = RunConfig::parse(text, &sets.map(String::from)).unwrap();
+        // The keys whose defaults follow from others (here from `normalize`) count too.
         assert_eq!(
             differences(&a, &b),
             [
-                "model.feature_map: \"l2\" → \"elu_plus_one\"",
+                "model.feature_map: \"elu_plus_one\" → \"l2\"",
                 "model.mixer: \"hla2\" → \"ahla\"",
-                "model.normalize: false → true",
-                "model.output_norm: true → false",
+                "model.normalize: true → false",
+                "model.output_norm: false → true",
                 "train.lr: 0.001 → 0.003"
             ]
         );

@@ -102,10 +102,11 @@ fn train_eval_generate_export_resume() {
             .unwrap();
     assert_eq!(described["format"], "hla-export");
     assert_eq!(described["model"]["mixer"], "hla2", "names as in the TOML");
-    assert_eq!(
-        described["architecture"]["mixer"]["feature_map"]["kind"],
-        "l2"
-    );
+    // hla2's default output: the ratio normalisation.
+    let mixer = &described["architecture"]["mixer"];
+    assert_eq!(mixer["feature_map"]["kind"], "elu_plus_one");
+    assert!(mixer["denominator"].is_object(), "{mixer}");
+    assert!(mixer["output_norm"].is_null(), "{mixer}");
     #[cfg(unix)]
     for file in ["model.safetensors", "config.json", "manifest.json"] {
         use std::os::unix::fs::PermissionsExt;

@@ -19,20 +19,18 @@ fn mixer_dependent_defaults_are_written_out() {
         RunConfig::parse(FILE, &sets).unwrap().model
     };
     let explicit = |m: &ModelSection| (m.feature_map, m.normalize, m.output_norm);
-    // hla3's default is the ratio normalisation: the denominator, elu + 1, no output norm.
+    // Every linear-time mixer's default is the ratio normalisation: the denominator,
+    // elu + 1, no output norm.
     let ratio = (Some(FeatureMap::EluPlusOne), Some(true), Some(false));
+    for mixer in ["hla3", "ahla", "hla2", "linear"] {
+        assert_eq!(explicit(&parse(&[&format!("model.mixer={mixer}")])), ratio);
+    }
+    // Without the denominator: L2 features for HLA (elu + 1 for linear attention) and the
+    // output norm.
     let plain = (Some(FeatureMap::L2), Some(false), Some(true));
-    assert_eq!(explicit(&parse(&[])), ratio);
-    assert_eq!(explicit(&parse(&["model.mixer=ahla"])), ratio);
-    assert_eq!(explicit(&parse(&["model.mixer=hla2"])), plain);
-    // Without the denominator HLA's features default to L2 again.
+    assert_eq!(explicit(&parse(&["model.normalize=false"])), plain);
     assert_eq!(
-        explicit(&parse(&["model.normalize=false"])),
-        (plain.0, plain.1, Some(false))
-    );
-    let linear = parse(&["model.mixer=linear"]);
-    assert_eq!(
-        explicit(&linear),
+        explicit(&parse(&["model.mixer=linear", "model.normalize=false"])),
         (Some(FeatureMap::EluPlusOne), Some(false), Some(true))
     );
     assert_eq!(

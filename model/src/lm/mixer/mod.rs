@@ -195,9 +195,9 @@ impl Mixer {
         linear(&self.out, o)
     }
 
-    /// The fused mixer's settings, if it computes this call: HLA or linear attention in
-    /// one chunk-parallel pass, keys per head, the fixed decay or none, no denominator,
-    /// on a CPU device.
+    /// The fused mixer's settings, if it computes this call: second-order HLA or linear
+    /// attention in one chunk-parallel pass, keys per head, the fixed decay or none, on a
+    /// CPU device.
     #[cfg(any(feature = "ndarray", feature = "flex"))]
     fn fused(
         &self,
@@ -217,7 +217,6 @@ impl Mixer {
         };
         let plain = self.gate.is_none()
             && s.decay != DecayKind::Gated
-            && s.output == Output::Raw
             && widths[0] == widths[1]
             && matches!(memory, None | Some(Memory::Recurrent(_)));
         (plain && crate::fused::applies(qkv)).then_some(tokens::Tokens {
@@ -225,11 +224,12 @@ impl Mixer {
             heads: s.heads,
             map: s.feature_map,
             chunk,
+            denominator: s.output != Output::Raw,
         })
     }
 
     /// [`Self::recur`] by the fused mixer: `qkv [batch, time, 3·d]` → the heads' outputs
-    /// after the output norm, `[batch, time, d]`.
+    /// after the denominator and the output norm, `[batch, time, d]`.
     #[cfg(any(feature = "ndarray", feature = "flex"))]
     fn recur_fused(
         &self,
@@ -240,6 +240,7 @@ impl Mixer {
         let s = &self.settings;
         let [b, t, _] = qkv.dims();
         let (h, dh) = (s.heads, s.d_head);
+        let dv = tokens.dv(dh);
         let device = qkv.device();
         let log_g = match s.decay {
             DecayKind::Fixed => fixed_log_gates(&multi_scale_decay(h, s.decay_base), t, &device)
@@ -252,23 +253,26 @@ impl Mixer {
                 unreachable!("a KV cache passed to a recurrent mixer")
             }
             None => {
-                let zeros = || Tensor::zeros([b, h, dh, dh], &device);
+                let mut parts = (tokens.state_parts(dh).into_iter())
+                    .map(|[rows, cols]| Tensor::zeros([b, h, rows, cols], &device));
+                let mut part = || parts.next().unwrap_or_else(|| unreachable!("S and Z"));
                 if tokens.second {
                     HlaState::Second(hla::second::State {
-                        s: zeros(),
-                        z: zeros(),
+                        s: part(),
+                        z: part(),
                     })
                 } else {
-                    HlaState::First(hla::first::State { s: zeros() })
+                    HlaState::First(hla::first::State { s: part() })
                 }
             }
         };
         let (o, state) = tokens::recurrent::forward(qkv, log_g, state, tokens);
+        let o = s.output.finish(o.reshape([b, t, h, dv]));
         let o = match &self.out_norm {
-            Some(norm) => rms_norm(norm, o.reshape([b, t, h, dh])).reshape([b, t, h * dh]),
+            Some(norm) => rms_norm(norm, o),
             None => o,
         };
-        (o, Memory::Recurrent(state))
+        (o.reshape([b, t, h * dh]), Memory::Recurrent(state))
     }
 
     /// `[batch, time, heads·d_head]` → `[batch, heads, time, d_head]`.

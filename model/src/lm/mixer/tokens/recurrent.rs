@@ -1,6 +1,8 @@
 //! The fused recurrent mixer: one kernel each way takes every head's slice of the tokens,
 //! applies the feature map to q and k, and runs first- or second-order HLA in chunks
-//! ([`crate::hla::fused`]).
+//! ([`crate::hla::fused`]). With the masked denominator each head's v gets a column of
+//! ones, as [`crate::hla::Output::augment`] does, so the denominator comes out as each
+//! head's last output column and the state has the composed form's layout.
 
 use burn::backend::TensorMetadata;
 use burn::backend::tensor::FloatTensor;
@@ -23,17 +25,42 @@ pub(crate) struct Tokens {
     pub(crate) heads: usize,
     pub(crate) map: FeatureMap,
     pub(crate) chunk: usize,
+    /// Carry the masked denominator: v gets a column of ones.
+    pub(crate) denominator: bool,
 }
 
 impl Tokens {
-    /// Floats of one head's state: `S` (and `Z` for second order).
+    /// The width of a head's values in the kernels: `dh`, and the ones column.
+    pub(crate) fn dv(&self, dh: usize) -> usize {
+        dh + usize::from(self.denominator)
+    }
+
+    /// One head's state as `[rows, cols]`: `S [dh, dv]` for first order, `S [dh, dh]` and
+    /// `Z [dh, dv]` for second.
+    pub(crate) fn state_parts(&self, dh: usize) -> Vec<[usize; 2]> {
+        let dv = self.dv(dh);
+        if self.second {
+            vec![[dh, dh], [dh, dv]]
+        } else {
+            vec![[dh, dv]]
+        }
+    }
+
+    /// Floats of one head's `S` and `Z` (0 for first order).
+    fn part_lens(&self, dh: usize) -> [usize; 2] {
+        let parts = self.state_parts(dh);
+        [0, 1].map(|i| parts.get(i).map_or(0, |[rows, cols]| rows * cols))
+    }
+
+    /// Floats of one head's state.
     fn state_len(&self, dh: usize) -> usize {
-        if self.second { 2 * dh * dh } else { dh * dh }
+        self.part_lens(dh).iter().sum()
     }
 }
 
 /// `qkv [batch, time, 3·d]` (q, k, v, each head after head), log gates `[gb, gh, time]`
-/// and the state before the tokens → `o [batch, time, d]` and the state after them.
+/// and the state before the tokens → `o [batch, time, heads·dv]` (each head's output, then
+/// its denominator if carried) and the state after them.
 pub(crate) fn forward(
     qkv: Tensor<3>,
     log_g: Tensor<3>,
@@ -43,7 +70,7 @@ pub(crate) fn forward(
     use crate::fused::FusedOps;
     let [b, t, channels] = qkv.dims();
     let (d, h) = (channels / 3, tokens.heads);
-    let dh = d / h;
+    let (dh, dv) = (d / h, tokens.dv(d / h));
     let (s0, z0) = match state {
         HlaState::First(s) => (s.s, Tensor::zeros([0, 0, 0, 0], &qkv.device())),
         HlaState::Second(s) => (s.s, s.z),
@@ -57,13 +84,10 @@ pub(crate) fn forward(
         tokens,
     );
     // S, then Z for second order.
-    let parts = [[b, h, dh, dh]; 2];
-    let parts = if tokens.second {
-        &parts[..]
-    } else {
-        &parts[..1]
-    };
-    let (o, states) = unpack(Tensor::from_dispatch(packed), [b, t, d], parts);
+    let parts: Vec<_> = (tokens.state_parts(dh).into_iter())
+        .map(|[rows, cols]| [b, h, rows, cols])
+        .collect();
+    let (o, states) = unpack(Tensor::from_dispatch(packed), [b, t, h * dv], &parts);
     let mut states = states.into_iter();
     let s = states.next().unwrap_or_else(|| unreachable!("S is packed"));
     let state = match states.next() {
@@ -178,7 +202,14 @@ fn gather(
 ) -> Gathered {
     let (time, _, dh) = sizes;
     let rows = |part: usize| head_rows(qkv, at, (part, 3), sizes);
-    let (q_raw, k_raw, v) = (rows(0), rows(1), rows(2));
+    let (q_raw, k_raw, mut v) = (rows(0), rows(1), rows(2));
+    if tokens.denominator {
+        v = v
+            .chunks_exact(dh)
+            .flat_map(|row| row.iter().chain([&1.0]))
+            .copied()
+            .collect();
+    }
     let mapped = |x: &[f32], query: bool| {
         let mut y = vec![0.0; time * dh];
         map_rows(tokens.map, query, x, &mut y, dh);
@@ -198,17 +229,19 @@ fn sizes(qkv: &Shape, gates: &Shape, tokens: &Tokens) -> (Sizes, usize) {
     let d = qkv[2] / 3;
     let dh = d / tokens.heads;
     let q = [qkv[0], tokens.heads, qkv[1], dh];
-    (Sizes::new(&q, &q, gates, tokens.chunk), d)
+    let v = [qkv[0], tokens.heads, qkv[1], tokens.dv(dh)];
+    (Sizes::new(&q, &v, gates, tokens.chunk), d)
 }
 
-/// `[qkv, log g, S₀, Z₀]` → packed `[o [batch, time, d], S, Z]` (Z₀ empty for first
-/// order); saves `qkv`, the gates and every chunk's start state.
+/// `[qkv, log g, S₀, Z₀]` → packed `[o [batch, time, heads·dv], S, Z]` (Z₀ empty for
+/// first order); saves `qkv`, the gates and every chunk's start state.
 pub(crate) fn kernel_forward<B: Host>(
     [qkv, log_g, s0, z0]: [FloatTensor<B>; 4],
     tokens: Tokens,
 ) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
     let (n, d) = sizes(&qkv.shape(), &log_g.shape(), &tokens);
-    let dh = n.d;
+    let (dh, dv) = (n.d, n.dv);
+    let [s_len, z_len] = tokens.part_lens(dh);
     let (packed, starts) = {
         let values = [&qkv, &log_g, &s0, &z0].map(|t| B::values(t));
         let [x, g, s0, z0] = &values;
@@ -219,12 +252,11 @@ pub(crate) fn kernel_forward<B: Host>(
                 let at = (i / n.heads, i % n.heads);
                 let x = gather(x, at, (n.time, d, dh), &tokens, false);
                 let head = x.head(n.gates_of(g, i));
-                let mut o = vec![0.0; n.time * dh];
+                let mut o = vec![0.0; n.time * dv];
                 let mut starts = vec![0.0; start_len];
-                let mut s = s0[i * dh * dh..][..dh * dh].to_vec();
-                let mut z = Vec::new();
+                let mut s = s0[i * s_len..][..s_len].to_vec();
+                let mut z = z0[i * z_len..][..z_len].to_vec();
                 if tokens.second {
-                    z = z0[i * dh * dh..][..dh * dh].to_vec();
                     second::fused::forward_head(&n, &head, &mut s, &mut z, &mut o, &mut starts);
                 } else {
                     first::fused::forward_head(&n, &head, &mut s, &mut o, &mut starts);
@@ -233,8 +265,8 @@ pub(crate) fn kernel_forward<B: Host>(
             })
             .collect();
         let [o, s, z, starts] = transpose(heads);
-        let mut packed = vec![0.0; n.batch * n.time * d];
-        scatter(&mut packed, &[&o], (n.time, d, dh));
+        let mut packed = vec![0.0; n.batch * n.time * n.heads * dv];
+        scatter(&mut packed, &[&o], (n.time, n.heads * dv, dv));
         packed.extend(s.concat());
         packed.extend(z.concat());
         (packed, starts.concat())
@@ -254,11 +286,12 @@ pub(crate) fn kernel_backward<B: Host>(
         <[_; 3]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved qkv, log g and starts"));
     let (qkv_shape, g_shape) = (qkv.shape(), log_g.shape());
     let (n, d) = sizes(&qkv_shape, &g_shape, &tokens);
-    let dh = n.d;
+    let (dh, dv) = (n.d, n.dv);
+    let [s_len, z_len] = tokens.part_lens(dh);
     let values = [&qkv, &log_g, &starts, &grad].map(|t| B::values(t));
     let [x, g, sv, grad] = &values;
-    let (g_o, g_states) = grad.split_at(n.batch * n.time * d);
-    let heads_len = n.sequences() * dh * dh;
+    let (g_o, g_states) = grad.split_at(n.batch * n.time * n.heads * dv);
+    let (g_s, g_z) = g_states.split_at(n.sequences() * s_len);
     let start_len = n.chunks() * tokens.state_len(dh);
     let heads: Vec<[Vec<f32>; 5]> = (0..n.sequences())
         .into_par_iter()
@@ -266,28 +299,27 @@ pub(crate) fn kernel_backward<B: Host>(
             let at = (i / n.heads, i % n.heads);
             let x = gather(x, at, (n.time, d, dh), &tokens, true);
             let head = x.head(n.gates_of(g, i));
-            let g_head = head_rows(g_o, at, (0, 1), (n.time, d, dh));
-            let (mut dq, mut dk, mut dv) = (
+            let g_head = head_rows(g_o, at, (0, 1), (n.time, n.heads * dv, dv));
+            let (mut dq, mut dk, mut d_v) = (
                 vec![0.0; n.time * dh],
                 vec![0.0; n.time * dh],
-                vec![0.0; n.time * dh],
+                vec![0.0; n.time * dv],
             );
-            let mut ds = g_states[i * dh * dh..][..dh * dh].to_vec();
-            let mut dz = Vec::new();
+            let mut ds = g_s[i * s_len..][..s_len].to_vec();
+            let mut dz = g_z[i * z_len..][..z_len].to_vec();
             let starts = &sv[i * start_len..][..start_len];
             if tokens.second {
-                dz = g_states[heads_len + i * dh * dh..][..dh * dh].to_vec();
                 let mut out = second::fused::Grads {
                     q: &mut dq,
                     k: &mut dk,
-                    v: &mut dv,
+                    v: &mut d_v,
                     s: &mut ds,
                     z: &mut dz,
                 };
                 second::fused::backward_head(&n, &head, starts, &g_head, &mut out);
             } else {
                 first::fused::backward_head(
-                    &n, &head, starts, &g_head, &mut dq, &mut dk, &mut dv, &mut ds,
+                    &n, &head, starts, &g_head, &mut dq, &mut dk, &mut d_v, &mut ds,
                 );
             }
             let (q_raw, k_raw) = x.raw.expect("gathered with the raw rows");
@@ -298,23 +330,28 @@ pub(crate) fn kernel_backward<B: Host>(
             };
             let dq = unmap(&q_raw, &x.q, &dq, true);
             let dk = unmap(&k_raw, &x.k, &dk, false);
-            [dq, dk, dv, ds, dz]
+            // The ones column is a constant: its gradient goes nowhere.
+            let d_v = d_v
+                .chunks_exact(dv)
+                .flat_map(|row| &row[..dh])
+                .copied()
+                .collect();
+            [dq, dk, d_v, ds, dz]
         })
         .collect();
-    let [dq, dk, dv, ds, dz] = transpose(heads);
+    let [dq, dk, d_v, ds, dz] = transpose(heads);
     let mut dqkv = vec![0.0; x.len()];
-    scatter(&mut dqkv, &[&dq, &dk, &dv], (n.time, d, dh));
-    let (ds, dz) = (ds.concat(), dz.concat());
-    let state = Shape::new([n.batch, n.heads, dh, dh]);
-    let z_shape = if tokens.second {
-        state.clone()
-    } else {
-        Shape::new([0, 0, 0, 0])
-    };
+    scatter(&mut dqkv, &[&dq, &dk, &d_v], (n.time, d, dh));
+    let mut shapes = (tokens.state_parts(dh).into_iter())
+        .map(|[rows, cols]| Shape::new([n.batch, n.heads, rows, cols]));
+    let s_shape = shapes
+        .next()
+        .unwrap_or_else(|| unreachable!("S has a shape"));
+    let z_shape = shapes.next().unwrap_or(Shape::new([0, 0, 0, 0]));
     [
         B::tensor(dqkv, qkv_shape),
         B::tensor(vec![0.0; g.len()], g_shape),
-        B::tensor(ds, state),
-        B::tensor(dz, z_shape),
+        B::tensor(ds.concat(), s_shape),
+        B::tensor(dz.concat(), z_shape),
     ]
 }
