@@ -134,6 +134,11 @@ fn train_eval_generate_export_resume() {
         "the exported weights give the same logits"
     );
 
+    // The training time so far, recorded with the checkpoint the resume starts from.
+    let before: f64 = std::fs::read_to_string(run.join("checkpoint/seconds-2.txt"))
+        .unwrap()
+        .parse()
+        .unwrap();
     let resumed = ok(
         &data,
         &[
@@ -150,6 +155,17 @@ fn train_eval_generate_export_resume() {
         "{resumed}"
     );
     assert!(run.join("checkpoint/model-3.bpk").exists());
+    // The resumed run's time and throughput cover all six steps (8 windows of 32 tokens
+    // each), the time before the resume included.
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("metrics.json")).unwrap()).unwrap();
+    let seconds = metrics["wall_seconds"].as_f64().unwrap();
+    let tokens = metrics["tokens_per_second"].as_f64().unwrap() * seconds;
+    assert!(
+        (tokens - 6.0 * 8.0 * 32.0).abs() < 1e-6 * tokens,
+        "{metrics}"
+    );
+    assert!(before > 0.0 && seconds > before, "{before} then {seconds}");
 }
 
 #[test]
@@ -386,7 +402,12 @@ fn killed_runs_resume() {
     for entry in std::fs::read_dir(run.join("checkpoint")).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let reads = if name.starts_with("model-") {
+        let reads = if name.starts_with("seconds-") {
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .parse::<f64>()
+                .is_ok()
+        } else if name.starts_with("model-") {
             burn::store::ModuleRecord::load(&path).is_ok()
         } else if name.starts_with("optim-") {
             burn::optim::OptimizerRecord::load(&path).is_ok()

@@ -2,7 +2,6 @@
 //! random-batch estimate, `metrics.csv` and `metrics.json` (written last: the run is done).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use burn::prelude::*;
@@ -16,9 +15,10 @@ use crate::run_dir::{RunDir, write_atomic};
 /// What training handed back.
 pub struct Finished {
     pub lm: Lm,
-    pub elapsed: Duration,
-    /// The step this process started from (0 unless resumed).
-    pub first_step: usize,
+    /// Training seconds (with the validations during training) of `steps_timed` steps.
+    pub seconds: f64,
+    /// Every step of the run, or this process's only when a resume lost the time before.
+    pub steps_timed: usize,
 }
 
 /// Writes the final weights, validates them on `device` (the main one), and writes the
@@ -48,10 +48,9 @@ pub fn finish(
     let evaluation = eval::evaluate(lm, &data.full_pass(config)?, data.is_mqar(), mode, device);
     evaluation.print();
     let estimate = random_batch_estimate(lm, data, config, device)?;
-    let seconds = done.elapsed.as_secs_f64();
-    let steps_run = t.steps.saturating_sub(done.first_step);
-    let tokens =
-        (steps_run * t.grad_accumulation * t.batch_size) as f64 * data.tokens_per_item(config);
+    let seconds = done.seconds;
+    let tokens = (done.steps_timed * t.grad_accumulation * t.batch_size) as f64
+        * data.tokens_per_item(config);
     let context = config.sequence_length()?;
     let state_per_layer = lm.state_size(context);
     let summary = serde_json::json!({

@@ -3,7 +3,6 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::module::{Module, ModuleVisitor, Param};
@@ -21,7 +20,7 @@ use burn::train::{
 };
 use hla_model::lm::Lm;
 
-use crate::checkpoint::AtomicCheckpointer;
+use crate::checkpoint::{AtomicCheckpointer, TrainingClock};
 use crate::config::RunConfig;
 use crate::data::Data;
 use crate::renderer::QuietRenderer;
@@ -158,18 +157,12 @@ pub fn train(job: &Job) -> Result<()> {
     write_atomic(&run.config(), config.to_toml().as_bytes())?;
     data.save_tokenizer(&run.tokenizer())?;
     let training = SupervisedTraining::new(run.path(), train_loader, valid_loader);
-    let mut training = configure(
-        training,
-        job,
-        &run,
-        data.is_mqar(),
-        resume_epoch,
-        interrupter,
-    );
+    let clock = TrainingClock::start(&run.checkpoints(), resume_epoch);
+    let mut training = configure(training, job, &run, data.is_mqar(), resume_epoch, clock);
+    training = training.with_interrupter(interrupter);
     if let Some(strategy) = parallel::execution(&devices, t.strategy) {
         training = training.with_training_strategy(strategy.into());
     }
-    let started = Instant::now();
     let result = training.launch(Learner::new(model, optimizer, scheduler));
     if let Some(error) = result.error {
         bail!("training stopped: {error}");
@@ -182,10 +175,15 @@ pub fn train(job: &Job) -> Result<()> {
             run.checkpoints().display()
         );
     }
+    // Resumed from a checkpoint without a recorded time: this segment's steps only.
+    let (seconds, steps_timed) = match clock.total() {
+        Some(total) => (total, t.steps),
+        None => (clock.own(), t.steps.saturating_sub(first_step)),
+    };
     let finished = finish::Finished {
         lm: result.model.lm,
-        elapsed: started.elapsed(),
-        first_step,
+        seconds,
+        steps_timed,
     };
     finish::finish(job, &devices[0], &run, &data, finished)
 }
@@ -269,7 +267,7 @@ fn configure(
     run: &RunDir,
     mqar: bool,
     resume_epoch: Option<usize>,
-    interrupter: Interrupter,
+    clock: TrainingClock,
 ) -> SupervisedTraining<Trainee> {
     let t = &job.config.train;
     let lowest_valid_loss = || {
@@ -291,7 +289,7 @@ fn configure(
                 .build(),
         )
         .with_custom_checkpointers(
-            AtomicCheckpointer::new(run.checkpoints(), "model"),
+            AtomicCheckpointer::new(run.checkpoints(), "model").with_clock(clock),
             AtomicCheckpointer::new(run.checkpoints(), "optim"),
             AtomicCheckpointer::new(run.checkpoints(), "scheduler"),
         )
@@ -317,7 +315,6 @@ fn configure(
     if let Some(epoch) = resume_epoch {
         training = training.checkpoint(epoch);
     }
-    training = training.with_interrupter(interrupter);
     if !job.standalone {
         training = training.with_application_logger(None);
     }
