@@ -224,7 +224,10 @@ impl Mixer {
             heads: s.heads,
             map: s.feature_map,
             chunk,
-            denominator: s.output != Output::Raw,
+            denominator: match s.output {
+                Output::Raw => None,
+                Output::Normalized { eps } => Some(eps as f32),
+            },
         })
     }
 
@@ -240,7 +243,6 @@ impl Mixer {
         let s = &self.settings;
         let [b, t, _] = qkv.dims();
         let (h, dh) = (s.heads, s.d_head);
-        let dv = tokens.dv(dh);
         let device = qkv.device();
         let log_g = match s.decay {
             DecayKind::Fixed => fixed_log_gates(&multi_scale_decay(h, s.decay_base), t, &device)
@@ -267,12 +269,11 @@ impl Mixer {
             }
         };
         let (o, state) = tokens::recurrent::forward(qkv, log_g, state, tokens);
-        let o = s.output.finish(o.reshape([b, t, h, dv]));
         let o = match &self.out_norm {
-            Some(norm) => rms_norm(norm, o),
+            Some(norm) => rms_norm(norm, o.reshape([b, t, h, dh])).reshape([b, t, h * dh]),
             None => o,
         };
-        (o.reshape([b, t, h * dh]), Memory::Recurrent(state))
+        (o, Memory::Recurrent(state))
     }
 
     /// `[batch, time, heads·d_head]` → `[batch, heads, time, d_head]`.

@@ -2,7 +2,8 @@
 //! applies the feature map to q and k, and runs first- or second-order HLA in chunks
 //! ([`crate::hla::fused`]). With the masked denominator each head's v gets a column of
 //! ones, as [`crate::hla::Output::augment`] does, so the denominator comes out as each
-//! head's last output column and the state has the composed form's layout.
+//! head's last output column (the state has the composed form's layout), and the kernel
+//! divides by it ([`crate::hla::Output::finish`]).
 
 use burn::backend::TensorMetadata;
 use burn::backend::tensor::FloatTensor;
@@ -25,14 +26,14 @@ pub(crate) struct Tokens {
     pub(crate) heads: usize,
     pub(crate) map: FeatureMap,
     pub(crate) chunk: usize,
-    /// Carry the masked denominator: v gets a column of ones.
-    pub(crate) denominator: bool,
+    /// Divide by the masked denominator, clamped at this epsilon: v gets a column of ones.
+    pub(crate) denominator: Option<f32>,
 }
 
 impl Tokens {
     /// The width of a head's values in the kernels: `dh`, and the ones column.
     pub(crate) fn dv(&self, dh: usize) -> usize {
-        dh + usize::from(self.denominator)
+        dh + usize::from(self.denominator.is_some())
     }
 
     /// One head's state as `[rows, cols]`: `S [dh, dv]` for first order, `S [dh, dh]` and
@@ -59,8 +60,8 @@ impl Tokens {
 }
 
 /// `qkv [batch, time, 3·d]` (q, k, v, each head after head), log gates `[gb, gh, time]`
-/// and the state before the tokens → `o [batch, time, heads·dv]` (each head's output, then
-/// its denominator if carried) and the state after them.
+/// and the state before the tokens → `o [batch, time, d]` (divided by the denominator if
+/// carried) and the state after them.
 pub(crate) fn forward(
     qkv: Tensor<3>,
     log_g: Tensor<3>,
@@ -70,7 +71,7 @@ pub(crate) fn forward(
     use crate::fused::FusedOps;
     let [b, t, channels] = qkv.dims();
     let (d, h) = (channels / 3, tokens.heads);
-    let (dh, dv) = (d / h, tokens.dv(d / h));
+    let dh = d / h;
     let (s0, z0) = match state {
         HlaState::First(s) => (s.s, Tensor::zeros([0, 0, 0, 0], &qkv.device())),
         HlaState::Second(s) => (s.s, s.z),
@@ -87,7 +88,7 @@ pub(crate) fn forward(
     let parts: Vec<_> = (tokens.state_parts(dh).into_iter())
         .map(|[rows, cols]| [b, h, rows, cols])
         .collect();
-    let (o, states) = unpack(Tensor::from_dispatch(packed), [b, t, h * dv], &parts);
+    let (o, states) = unpack(Tensor::from_dispatch(packed), [b, t, d], &parts);
     let mut states = states.into_iter();
     let s = states.next().unwrap_or_else(|| unreachable!("S is packed"));
     let state = match states.next() {
@@ -203,7 +204,7 @@ fn gather(
     let (time, _, dh) = sizes;
     let rows = |part: usize| head_rows(qkv, at, (part, 3), sizes);
     let (q_raw, k_raw, mut v) = (rows(0), rows(1), rows(2));
-    if tokens.denominator {
+    if tokens.denominator.is_some() {
         v = v
             .chunks_exact(dh)
             .flat_map(|row| row.iter().chain([&1.0]))
@@ -224,6 +225,42 @@ fn gather(
     }
 }
 
+/// `sign(x) · max(|x|, eps)` with sign(0) = +1, as
+/// [`crate::hla::sign_preserving_clamp`].
+fn clamp(x: f32, eps: f32) -> f32 {
+    if x < 0.0 { -(-x).max(eps) } else { x.max(eps) }
+}
+
+/// One head's outputs `o [time, dh + 1]` (numerators, then the denominator) → `y [time, dh]`
+/// divided by the clamped denominators, and the denominators `[time]`.
+fn divide(o: &[f32], dh: usize, eps: f32) -> (Vec<f32>, Vec<f32>) {
+    let mut y = Vec::with_capacity(o.len() / (dh + 1) * dh);
+    let mut den = Vec::with_capacity(o.len() / (dh + 1));
+    for row in o.chunks_exact(dh + 1) {
+        let c = clamp(row[dh], eps);
+        y.extend(row[..dh].iter().map(|x| x / c));
+        den.push(row[dh]);
+    }
+    (y, den)
+}
+
+/// The gradient of [`divide`]'s input `[time, dh + 1]` from that of `y`: `∂y/c` for the
+/// numerators, `−(∂y · y)/c` for the denominator where the clamp passes it (`|den| > eps`).
+fn divide_backward(g_y: &[f32], y: &[f32], den: &[f32], dh: usize, eps: f32) -> Vec<f32> {
+    let mut g = Vec::with_capacity(den.len() * (dh + 1));
+    let rows = g_y.chunks_exact(dh).zip(y.chunks_exact(dh));
+    for ((g_y, y), &den) in rows.zip(den) {
+        let c = clamp(den, eps);
+        g.extend(g_y.iter().map(|g| g / c));
+        g.push(if den.abs() > eps {
+            -dot(g_y, y) / c
+        } else {
+            0.0
+        });
+    }
+    g
+}
+
 /// The sizes of a call on `qkv [batch, time, 3·d]`.
 fn sizes(qkv: &Shape, gates: &Shape, tokens: &Tokens) -> (Sizes, usize) {
     let d = qkv[2] / 3;
@@ -233,8 +270,9 @@ fn sizes(qkv: &Shape, gates: &Shape, tokens: &Tokens) -> (Sizes, usize) {
     (Sizes::new(&q, &v, gates, tokens.chunk), d)
 }
 
-/// `[qkv, log g, S₀, Z₀]` → packed `[o [batch, time, heads·dv], S, Z]` (Z₀ empty for
-/// first order); saves `qkv`, the gates and every chunk's start state.
+/// `[qkv, log g, S₀, Z₀]` → packed `[o [batch, time, d], S, Z]` (Z₀ empty for first
+/// order); saves `qkv`, the gates and every chunk's start state, and with the denominator
+/// `o` and the denominators `[batch, heads, time]`.
 pub(crate) fn kernel_forward<B: Host>(
     [qkv, log_g, s0, z0]: [FloatTensor<B>; 4],
     tokens: Tokens,
@@ -242,11 +280,11 @@ pub(crate) fn kernel_forward<B: Host>(
     let (n, d) = sizes(&qkv.shape(), &log_g.shape(), &tokens);
     let (dh, dv) = (n.d, n.dv);
     let [s_len, z_len] = tokens.part_lens(dh);
-    let (packed, starts) = {
+    let (packed, starts, den) = {
         let values = [&qkv, &log_g, &s0, &z0].map(|t| B::values(t));
         let [x, g, s0, z0] = &values;
         let start_len = n.chunks() * tokens.state_len(dh);
-        let heads: Vec<[Vec<f32>; 4]> = (0..n.sequences())
+        let heads: Vec<[Vec<f32>; 5]> = (0..n.sequences())
             .into_par_iter()
             .map(|i| {
                 let at = (i / n.heads, i % n.heads);
@@ -261,36 +299,55 @@ pub(crate) fn kernel_forward<B: Host>(
                 } else {
                     first::fused::forward_head(&n, &head, &mut s, &mut o, &mut starts);
                 }
-                [o, s, z, starts]
+                let (o, den) = match tokens.denominator {
+                    Some(eps) => divide(&o, dh, eps),
+                    None => (o, Vec::new()),
+                };
+                [o, s, z, starts, den]
             })
             .collect();
-        let [o, s, z, starts] = transpose(heads);
-        let mut packed = vec![0.0; n.batch * n.time * n.heads * dv];
-        scatter(&mut packed, &[&o], (n.time, n.heads * dv, dv));
+        let [o, s, z, starts, den] = transpose(heads);
+        let mut packed = vec![0.0; n.batch * n.time * d];
+        scatter(&mut packed, &[&o], (n.time, d, dh));
         packed.extend(s.concat());
         packed.extend(z.concat());
-        (packed, starts.concat())
+        (packed, starts.concat(), den.concat())
     };
-    let (packed_len, starts_len) = (packed.len(), starts.len());
-    let saved = vec![qkv, log_g, B::tensor(starts, Shape::new([starts_len]))];
-    (B::tensor(packed, Shape::new([packed_len])), saved)
+    let flat = |x: Vec<f32>| {
+        let len = x.len();
+        B::tensor(x, Shape::new([len]))
+    };
+    let mut saved = vec![qkv, log_g, flat(starts)];
+    if tokens.denominator.is_some() {
+        let o = packed[..n.batch * n.time * d].to_vec();
+        saved.extend([flat(o), flat(den)]);
+    }
+    (flat(packed), saved)
 }
 
-/// Saved `[qkv, log g, starts]` and the packed gradient → `[∂qkv, 0, ∂S₀, ∂Z₀]`.
+/// Saved `[qkv, log g, starts]` (and `[o, den]`) and the packed gradient →
+/// `[∂qkv, 0, ∂S₀, ∂Z₀]`.
 pub(crate) fn kernel_backward<B: Host>(
     saved: Vec<FloatTensor<B>>,
     grad: FloatTensor<B>,
     tokens: Tokens,
 ) -> [FloatTensor<B>; 4] {
-    let [qkv, log_g, starts] =
-        <[_; 3]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved qkv, log g and starts"));
+    let mut saved = saved.into_iter();
+    let mut next = || {
+        saved
+            .next()
+            .unwrap_or_else(|| unreachable!("saved by the forward"))
+    };
+    let [qkv, log_g, starts] = [next(), next(), next()];
+    let divided = tokens.denominator.map(|eps| (next(), next(), eps));
+    let divided = (divided.as_ref()).map(|(o, den, eps)| (B::values(o), B::values(den), *eps));
     let (qkv_shape, g_shape) = (qkv.shape(), log_g.shape());
     let (n, d) = sizes(&qkv_shape, &g_shape, &tokens);
     let (dh, dv) = (n.d, n.dv);
     let [s_len, z_len] = tokens.part_lens(dh);
     let values = [&qkv, &log_g, &starts, &grad].map(|t| B::values(t));
     let [x, g, sv, grad] = &values;
-    let (g_o, g_states) = grad.split_at(n.batch * n.time * n.heads * dv);
+    let (g_o, g_states) = grad.split_at(n.batch * n.time * d);
     let (g_s, g_z) = g_states.split_at(n.sequences() * s_len);
     let start_len = n.chunks() * tokens.state_len(dh);
     let heads: Vec<[Vec<f32>; 5]> = (0..n.sequences())
@@ -299,7 +356,14 @@ pub(crate) fn kernel_backward<B: Host>(
             let at = (i / n.heads, i % n.heads);
             let x = gather(x, at, (n.time, d, dh), &tokens, true);
             let head = x.head(n.gates_of(g, i));
-            let g_head = head_rows(g_o, at, (0, 1), (n.time, n.heads * dv, dv));
+            let g_head = head_rows(g_o, at, (0, 1), (n.time, d, dh));
+            let g_head = match &divided {
+                Some((o, den, eps)) => {
+                    let y = head_rows(o, at, (0, 1), (n.time, d, dh));
+                    divide_backward(&g_head, &y, &den[i * n.time..][..n.time], dh, *eps)
+                }
+                None => g_head,
+            };
             let (mut dq, mut dk, mut d_v) = (
                 vec![0.0; n.time * dh],
                 vec![0.0; n.time * dh],
