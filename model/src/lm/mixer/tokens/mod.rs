@@ -6,6 +6,7 @@
 
 pub(crate) mod attention;
 pub(crate) mod recurrent;
+mod rows;
 
 use rayon::prelude::*;
 
