@@ -255,16 +255,15 @@ impl Mixer {
                 unreachable!("a KV cache passed to a recurrent mixer")
             }
             None => {
-                let mut parts = (tokens.state_parts(dh).into_iter())
-                    .map(|[rows, cols]| Tensor::zeros([b, h, rows, cols], &device));
-                let mut part = || parts.next().unwrap_or_else(|| unreachable!("S and Z"));
+                let parts = tokens.state_parts(dh);
+                let zeros = |[rows, cols]: [usize; 2]| Tensor::zeros([b, h, rows, cols], &device);
                 if tokens.second {
                     HlaState::Second(hla::second::State {
-                        s: part(),
-                        z: part(),
+                        s: zeros(parts[0]),
+                        z: zeros(parts[1]),
                     })
                 } else {
-                    HlaState::First(hla::first::State { s: part() })
+                    HlaState::First(hla::first::State { s: zeros(parts[0]) })
                 }
             }
         };

@@ -205,15 +205,15 @@ pub(crate) fn kernel_forward<B: Host>(
         let len = x.len();
         B::tensor(x, Shape::new([len]))
     };
-    let mut saved = vec![qkv, log_g, flat(starts)];
+    let (packed, mut saved) = (flat(packed), vec![qkv, log_g, flat(starts)]);
     if tokens.denominator.is_some() {
-        let o = packed[..n.batch * n.time * d].to_vec();
-        saved.extend([flat(o), flat(den)]);
+        // The packed output leads with `o`, which the backward pass reads.
+        saved.extend([packed.clone(), flat(den)]);
     }
-    (flat(packed), saved)
+    (packed, saved)
 }
 
-/// Saved `[qkv, log g, starts]` (and `[o, den]`) and the packed gradient →
+/// Saved `[qkv, log g, starts]` (and `[packed output, den]`) and the packed gradient →
 /// `[∂qkv, 0, ∂S₀, ∂Z₀]`.
 pub(crate) fn kernel_backward<B: Host>(
     saved: Vec<FloatTensor<B>>,
@@ -294,12 +294,10 @@ pub(crate) fn kernel_backward<B: Host>(
     let [dq, dk, d_v, ds, dz] = transpose(heads);
     let mut dqkv = vec![0.0; x.len()];
     scatter(&mut dqkv, &[&dq, &dk, &d_v], (n.time, d, dh));
-    let mut shapes = (tokens.state_parts(dh).into_iter())
-        .map(|[rows, cols]| Shape::new([n.batch, n.heads, rows, cols]));
-    let s_shape = shapes
-        .next()
-        .unwrap_or_else(|| unreachable!("S has a shape"));
-    let z_shape = shapes.next().unwrap_or(Shape::new([0, 0, 0, 0]));
+    let parts = tokens.state_parts(dh);
+    let shape = |[rows, cols]: [usize; 2]| Shape::new([n.batch, n.heads, rows, cols]);
+    let s_shape = shape(parts[0]);
+    let z_shape = parts.get(1).map_or(Shape::new([0, 0, 0, 0]), |&z| shape(z));
     [
         B::tensor(dqkv, qkv_shape),
         B::tensor(vec![0.0; g.len()], g_shape),
