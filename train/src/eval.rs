@@ -6,13 +6,14 @@ use std::path::PathBuf;
 use anyhow::Result;
 use burn::data::dataloader::batcher::Batcher;
 use burn::prelude::*;
-use hla_data::batch::LmBatcher;
+use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::mqar;
 use hla_data::windows::LmItem;
-use hla_model::lm::{Lm, token_nll};
+use hla_model::lm::Lm;
 use serde::Serialize;
 
 use crate::data::Data;
+use crate::progress::Progress;
 use crate::run_dir::RunDir;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -70,12 +71,14 @@ pub fn run(args: &Args) -> Result<()> {
     let config = run.load_config(&[])?;
     let data = Data::load(&config)?;
     let lm = run.load_model(&config, data.vocab_size(), &device)?;
+    let label = format!("{:?} validation", args.mode);
     let result = evaluate(
         &lm,
         &data.full_pass(&config)?,
         data.is_mqar(),
         args.mode,
         &device,
+        &label,
     );
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
@@ -85,38 +88,62 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Scores `items` (already in validation order) in batches.
-pub fn evaluate(lm: &Lm, items: &[LmItem], mqar: bool, mode: Mode, device: &Device) -> Evaluation {
-    const BATCH: usize = 64;
+/// Windows scored at once by the recurrence: its steps are serial, so every window of a
+/// validation split of modest size goes in one batch (a step's work grows with the batch,
+/// its overhead does not).
+const RECURRENT_BATCH: usize = 256;
+/// Windows per batch of the chunked form.
+const CHUNKED_BATCH: usize = 64;
+
+/// Scores `items` (already in validation order) in batches, showing progress on stderr
+/// under `label`: each batch's rows go through the head's scoring, which on CPU devices
+/// keeps no `[rows, vocab]` logits.
+pub fn evaluate(
+    lm: &Lm,
+    items: &[LmItem],
+    mqar: bool,
+    mode: Mode,
+    device: &Device,
+    label: &str,
+) -> Evaluation {
+    let batch_size = match mode {
+        Mode::Recurrent => RECURRENT_BATCH,
+        Mode::Chunked => CHUNKED_BATCH,
+    };
+    let total = items.iter().map(|item| item.inputs.len()).sum();
+    let mut progress = Progress::new(label, total, "tokens");
     let (mut nll_sum, mut tokens) = (0.0f64, 0usize);
     let mut per_example = Vec::new();
-    for chunk in items.chunks(BATCH) {
+    for chunk in items.chunks(batch_size) {
         let batch = LmBatcher.batch(chunk.to_vec(), device);
-        let logits = match mode {
-            Mode::Chunked => lm.forward(batch.inputs.clone()),
-            Mode::Recurrent => recurrent_logits(lm, batch.inputs.clone()),
+        let [rows, time] = batch.inputs.dims();
+        let scores = match mode {
+            Mode::Chunked => {
+                let x = lm.rows(batch.inputs.clone(), None);
+                progress.advance(chunk.iter().map(|item| item.inputs.len()).sum());
+                let scores = lm.scores(x, batch.targets.clone().reshape([rows * time]));
+                (
+                    scores.nll.reshape([rows, time]),
+                    scores.hits.reshape([rows, time]),
+                )
+            }
+            Mode::Recurrent => recurrent_scores(lm, &batch, &mut progress),
         };
-        let mask = batch.target_mask.clone().float();
-        nll_sum += (token_nll(logits.clone(), batch.targets.clone()) * mask.clone())
-            .sum()
-            .into_scalar::<f32>() as f64;
-        tokens += mask.sum().into_scalar::<f32>() as usize;
+        let (nll, hits) = scores;
+        let mask = batch.target_mask.clone();
+        nll_sum += (nll * mask.clone().float()).sum().into_scalar::<f32>() as f64;
+        let scored: Vec<bool> = mask.into_data().try_to_vec().expect("bool data");
+        tokens += scored.iter().filter(|&&m| m).count();
         if mqar {
-            let width = batch.inputs.dims()[1];
-            let hits = logits.argmax(2).squeeze_dim::<2>(2).equal(batch.targets);
             let hits: Vec<bool> = hits.into_data().try_to_vec().expect("bool data");
-            let scored: Vec<bool> = batch
-                .target_mask
-                .into_data()
-                .try_to_vec()
-                .expect("bool data");
-            for (h, m) in hits.chunks(width).zip(scored.chunks(width)) {
+            for (h, m) in hits.chunks(time).zip(scored.chunks(time)) {
                 if m.contains(&true) {
-                    per_example.push(mqar::accuracy(h, m, width));
+                    per_example.push(mqar::accuracy(h, m, time));
                 }
             }
         }
     }
+    progress.finish();
     let accuracy = mqar.then(|| per_example.iter().sum::<f64>() / per_example.len().max(1) as f64);
     let loss = nll_sum / tokens.max(1) as f64;
     Evaluation {
@@ -128,15 +155,23 @@ pub fn evaluate(lm: &Lm, items: &[LmItem], mqar: bool, mode: Mode, device: &Devi
     }
 }
 
-/// Logits of every position by the serial recurrence, one token at a time.
-fn recurrent_logits(lm: &Lm, inputs: Tensor<2, Int>) -> Tensor<3> {
-    let [batch, time] = inputs.dims();
-    let mut state = lm.init_state(batch);
-    let steps: Vec<Tensor<3>> = (0..time)
-        .map(|t| {
-            let token = inputs.clone().slice(s![.., t..=t]).squeeze_dim(1);
-            lm.step(token, &mut state).unsqueeze_dim(1)
-        })
-        .collect();
-    Tensor::cat(steps, 1)
+/// Each target's negative log-likelihood and hit `[batch, time]` by the serial recurrence,
+/// one token of every window at a time, scored as it comes (no logits kept).
+fn recurrent_scores(
+    lm: &Lm,
+    batch: &LmBatch,
+    progress: &mut Progress,
+) -> (Tensor<2>, Tensor<2, Bool>) {
+    let [rows, time] = batch.inputs.dims();
+    let mut state = lm.init_state(rows);
+    let (mut nll, mut hits) = (Vec::with_capacity(time), Vec::with_capacity(time));
+    for t in 0..time {
+        let column = |x: &Tensor<2, Int>| x.clone().slice(s![.., t..=t]).squeeze_dim::<1>(1);
+        let x = lm.step_rows(column(&batch.inputs), &mut state);
+        let scores = lm.scores(x, column(&batch.targets));
+        nll.push(scores.nll);
+        hits.push(scores.hits);
+        progress.advance(rows);
+    }
+    (Tensor::stack(nll, 1), Tensor::stack(hits, 1))
 }

@@ -4,10 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::prelude::*;
-use burn::train::Interrupter;
-use burn::train::{InferenceStep, SequenceOutput, TrainOutput, TrainStep};
+use burn::tensor::ExecutionError;
+use burn::train::metric::{Adaptor, ItemLazy, LossInput};
+use burn::train::{InferenceStep, Interrupter, TrainOutput, TrainStep};
 use hla_data::batch::LmBatch;
-use hla_model::lm::{Lm, token_nll};
+use hla_model::lm::Lm;
+
+use crate::metrics::TokenCounts;
 
 #[derive(Module, Debug)]
 pub struct Trainee {
@@ -61,51 +64,69 @@ impl NanGuard {
     }
 }
 
-impl Trainee {
-    /// Chunked forward and the mean loss over the scored targets. Where only some are
-    /// scored (MQAR) the logits are computed there alone, as a `[1, scored, vocab]`
-    /// sequence; otherwise every position's, with unscored targets set to 0, the pad token
-    /// of the accuracy metric (MQAR's filler, never a value).
-    pub fn forward_batch(&self, batch: LmBatch) -> SequenceOutput {
-        if let Some(at) = batch.scored {
-            let [rows, time] = batch.targets.dims();
-            let logits = self
-                .lm
-                .forward_at(batch.inputs, at.clone())
-                .unsqueeze_dim(0);
-            let targets = batch.targets.reshape([rows * time]).select(0, at);
-            let targets: Tensor<2, Int> = targets.unsqueeze_dim(0);
-            let loss = token_nll(logits.clone(), targets.clone()).mean();
-            return SequenceOutput::new(loss, logits, None, targets);
-        }
-        let logits = self.lm.forward(batch.inputs);
-        let (loss, _) = masked_mean_nll(
-            logits.clone(),
-            batch.targets.clone(),
-            batch.target_mask.clone(),
-        );
-        let targets = batch.targets.mask_fill(batch.target_mask.bool_not(), 0);
-        SequenceOutput::new(loss, logits, None, targets)
+/// What a batch gives burn-train: the loss and the counts of the metrics, no logits.
+pub struct LmOutput {
+    /// `[1]`: the mean negative log-likelihood of the scored tokens.
+    pub loss: Tensor<1>,
+    /// `[1]`: how many scored tokens the model predicted (no gradient).
+    pub hits: Tensor<1>,
+    /// Scored tokens.
+    pub tokens: usize,
+}
+
+impl ItemLazy for LmOutput {
+    fn sync(self) -> Result<Self, ExecutionError> {
+        self.loss.device().flush()?;
+        Ok(Self {
+            loss: self.loss.without_autodiff(),
+            hits: self.hits.without_autodiff(),
+            tokens: self.tokens,
+        })
     }
 }
 
-/// The mean NLL over scored positions and their count.
-pub fn masked_mean_nll(
-    logits: Tensor<3>,
-    targets: Tensor<2, Int>,
-    mask: Tensor<2, Bool>,
-) -> (Tensor<1>, usize) {
-    let nll = token_nll(logits, targets);
-    let weight = mask.float();
-    let count = weight.clone().sum().into_scalar::<f32>() as usize;
-    ((nll * weight).sum() / count.max(1) as f64, count)
+impl Adaptor<LossInput> for LmOutput {
+    fn adapt(&self) -> LossInput {
+        LossInput::new(self.loss.clone())
+    }
+}
+
+impl Adaptor<TokenCounts> for LmOutput {
+    fn adapt(&self) -> TokenCounts {
+        TokenCounts {
+            loss: self.loss.clone(),
+            hits: self.hits.clone(),
+            tokens: self.tokens,
+        }
+    }
+}
+
+impl Trainee {
+    /// Chunked forward and the mean loss over the scored targets, by the fused head on
+    /// CPU devices: the head runs at the scored positions only (all of them for text, a
+    /// few per example for MQAR).
+    pub fn forward_batch(&self, batch: LmBatch) -> LmOutput {
+        let [rows, time] = batch.targets.dims();
+        let targets = batch.targets.reshape([rows * time]);
+        let targets = match &batch.scored {
+            Some(at) => targets.select(0, at.clone()),
+            None => targets,
+        };
+        let x = self.lm.rows(batch.inputs, batch.scored);
+        let head = self.lm.head_loss(x, targets);
+        LmOutput {
+            loss: head.loss,
+            hits: head.hits,
+            tokens: head.rows,
+        }
+    }
 }
 
 impl TrainStep for Trainee {
     type Input = LmBatch;
-    type Output = SequenceOutput;
+    type Output = LmOutput;
 
-    fn step(&self, batch: LmBatch) -> TrainOutput<SequenceOutput> {
+    fn step(&self, batch: LmBatch) -> TrainOutput<LmOutput> {
         let output = self.forward_batch(batch);
         self.guard.check(&output.loss);
         // One batch per step: no scaling, so one device trains exactly as before.
@@ -120,9 +141,9 @@ impl TrainStep for Trainee {
 
 impl InferenceStep for Trainee {
     type Input = LmBatch;
-    type Output = SequenceOutput;
+    type Output = LmOutput;
 
-    fn step(&self, batch: LmBatch) -> SequenceOutput {
+    fn step(&self, batch: LmBatch) -> LmOutput {
         self.forward_batch(batch)
     }
 }
@@ -132,12 +153,13 @@ mod tests {
     use burn::data::dataloader::batcher::Batcher;
     use hla_data::batch::LmBatcher;
     use hla_data::mqar::{MqarConfig, MqarSetting};
-    use hla_model::lm::{LmConfig, MixerKind};
+    use hla_model::lm::{LmConfig, MixerKind, token_nll};
 
     use super::*;
 
-    /// On MQAR (a few scored positions) the loss from the logits at the scored positions
-    /// alone equals the masked mean over all positions' logits; the batch says where.
+    /// On MQAR (a few scored positions) the loss and hits from the head at the scored
+    /// positions alone equal the masked mean and count over all positions' logits; the
+    /// batch says where.
     #[test]
     fn scored_positions_give_the_masked_loss() {
         let device = Device::default();
@@ -161,12 +183,15 @@ mod tests {
             .with_n_heads(2)
             .with_n_layers(1)
             .init(&device);
-        let all = masked_mean_nll(
-            lm.forward(batch.inputs.clone()),
-            batch.targets.clone(),
-            batch.target_mask.clone(),
-        )
-        .0;
+        let logits = lm.forward(batch.inputs.clone());
+        let mask = batch.target_mask.clone().float();
+        let nll = token_nll(logits.clone(), batch.targets.clone()) * mask.clone();
+        let all = nll.sum() / 12.0;
+        let hits = logits
+            .argmax(2)
+            .squeeze_dim::<2>(2)
+            .equal(batch.targets.clone());
+        let all_hits = (hits.float() * mask).sum().into_scalar::<f32>();
         let trainee = Trainee {
             lm,
             guard: NanGuard::default(),
@@ -175,6 +200,7 @@ mod tests {
         let output = trainee.forward_batch(batch);
         let (a, b) = (all.into_scalar::<f32>(), output.loss.into_scalar::<f32>());
         assert!((a - b).abs() <= 1e-5 * a.abs(), "{a} vs {b}");
-        assert_eq!(output.targets.dims(), [1, 12]);
+        assert_eq!(output.tokens, 12);
+        assert_eq!(output.hits.into_scalar::<f32>(), all_hits);
     }
 }

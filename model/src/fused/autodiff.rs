@@ -43,6 +43,16 @@ pub(crate) fn record<B: Backend, C: CheckpointStrategy, const N: usize>(
     forward: impl FnOnce([FloatTensor<B>; N]) -> (FloatTensor<B>, Vec<FloatTensor<B>>),
     backward: impl FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send + 'static,
 ) -> FloatTensor<Autodiff<B, C>> {
+    record_tracked::<B, C, N>(inputs, |inputs, _| forward(inputs), backward)
+}
+
+/// [`record`] for a `forward` told whether a gradient will flow back (`true`), so that
+/// one which computes the gradients itself can skip them when none will.
+pub(crate) fn record_tracked<B: Backend, C: CheckpointStrategy, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+    forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Vec<FloatTensor<B>>),
+    backward: impl FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send + 'static,
+) -> FloatTensor<Autodiff<B, C>> {
     let (primitives, guards) = split::<B, C, N>(inputs);
     match Fused(Box::new(backward))
         .prepare::<C>(guards)
@@ -50,10 +60,10 @@ pub(crate) fn record<B: Backend, C: CheckpointStrategy, const N: usize>(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let (output, saved) = forward(primitives);
+            let (output, saved) = forward(primitives, true);
             prep.finish(saved, output)
         }
-        OpsKind::UnTracked(prep) => prep.finish(forward(primitives).0),
+        OpsKind::UnTracked(prep) => prep.finish(forward(primitives, false).0),
     }
 }
 

@@ -9,10 +9,10 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, backend_extension};
 
 use super::Host;
-use super::autodiff::record;
+use super::autodiff::{record, record_tracked};
 use crate::hla::{first, second};
 use crate::lm::mixer::tokens::{self, Tokens};
-use crate::lm::{attention, conv, linear, mlp, norm};
+use crate::lm::{attention, conv, head, linear, mlp, norm};
 use crate::optim::fused::{self as adamw, Step};
 
 /// Ops with a fused kernel. Shapes are the callers' (see each op's module); every tensor
@@ -41,6 +41,25 @@ pub(crate) trait FusedOps: Backend {
     fn project(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
+        transposed: bool,
+    ) -> FloatTensor<Self>;
+
+    /// The mean cross-entropy of the logits `x W` (`x Wᵀ` when `transposed`) of `x [n, d]`
+    /// against `targets [n]` (token ids as floats) and the count of hits, `[loss, hits]`
+    /// ([`head::head_loss`]).
+    fn head_loss(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        transposed: bool,
+    ) -> FloatTensor<Self>;
+
+    /// Each row's negative log-likelihood and hit (1 or 0), `[n, 2]`, of the same logits
+    /// ([`head::scores`]; no gradient flows through it).
+    fn head_scores(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
         transposed: bool,
     ) -> FloatTensor<Self>;
 
@@ -129,6 +148,24 @@ impl<B: Host> FusedOps for B {
         } else {
             linear::fused::forward::<B, false>([x, weight]).0
         }
+    }
+
+    fn head_loss(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        targets: FloatTensor<B>,
+        transposed: bool,
+    ) -> FloatTensor<B> {
+        head::fused::forward::<B>([x, weight, targets], transposed, false).0
+    }
+
+    fn head_scores(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        targets: FloatTensor<B>,
+        transposed: bool,
+    ) -> FloatTensor<B> {
+        head::fused::scores::<B>([x, weight, targets], transposed)
     }
 
     fn attention(
@@ -224,6 +261,29 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         } else {
             record::<B, C, 2>([x, weight], forward::<B, false>, backward::<B, false>)
         }
+    }
+
+    fn head_loss(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        transposed: bool,
+    ) -> FloatTensor<Self> {
+        record_tracked::<B, C, 3>(
+            [x, weight, targets],
+            |inputs, grad| head::fused::forward::<B>(inputs, transposed, grad),
+            head::fused::backward::<B>,
+        )
+    }
+
+    fn head_scores(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        transposed: bool,
+    ) -> FloatTensor<Self> {
+        let inner = [x, weight, targets].map(|t| t.into_primitive());
+        <FloatTensor<Self>>::new(head::fused::scores::<B>(inner, transposed))
     }
 
     fn attention(

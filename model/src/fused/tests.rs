@@ -10,6 +10,7 @@ use super::applies;
 use crate::compare::relative_rms_error;
 use crate::lm::attention::{causal_attention, causal_attention_composed};
 use crate::lm::conv::{convolve, convolve_composed};
+use crate::lm::head::{head_loss, head_loss_composed, scores, scores_composed};
 use crate::lm::linear::{project, project_composed, project_transposed};
 use crate::lm::mlp::{swiglu, swiglu_composed};
 use crate::lm::norm::rms_norm;
@@ -174,6 +175,72 @@ fn attention_equals_burns() {
                     x.grad(&gf).unwrap(),
                     x.grad(&gc).unwrap(),
                 );
+            }
+        }
+    }
+}
+
+/// The fused head and cross-entropy: the loss, the hits and the gradients of the rows and of
+/// the weight, tied (`[vocab, d]`) and untied (`[d, vocab]`), scaled by an upstream gradient;
+/// one block and, at a GPT-2 vocabulary, two blocks of rows (the last ragged); and the
+/// per-row scores of evaluation.
+#[test]
+fn head_loss_equals_its_composed_form() {
+    for (rows, d, vocab) in [(7, 5, 3), (50, 33, 65), (340, 8, 50257)] {
+        for device in devices() {
+            for transposed in [false, true] {
+                let case = format!("rows {rows} d {d} vocab {vocab} tied {transposed}");
+                let x = random([rows, d], 1.0, &device);
+                let dims = if transposed { [vocab, d] } else { [d, vocab] };
+                let w = random(dims, 0.5, &device);
+                // Targets as the rows' own argmax for some rows, so that hits are counted.
+                let logits = crate::lm::linear::project_composed(x.clone(), w.clone(), transposed);
+                let top: Vec<i64> = logits
+                    .argmax(1)
+                    .into_data()
+                    .convert::<i64>()
+                    .try_to_vec()
+                    .unwrap();
+                let targets: Vec<i64> = (0..rows)
+                    .map(|i| {
+                        if i % 3 == 0 {
+                            top[i]
+                        } else {
+                            (i * 7919 % vocab) as i64
+                        }
+                    })
+                    .collect();
+                let targets =
+                    Tensor::<1, Int>::from_data(TensorData::new(targets, [rows]), &device);
+                let fused = head_loss(x.clone(), w.clone(), transposed, targets.clone());
+                let composed =
+                    head_loss_composed(x.clone(), w.clone(), transposed, targets.clone());
+                assert_close(
+                    &format!("{case} loss"),
+                    fused.loss.clone(),
+                    composed.loss.clone(),
+                );
+                let hits = |t: Tensor<1>| t.into_scalar::<f32>();
+                assert_eq!(hits(fused.hits), hits(composed.hits), "{case} hits");
+                let (gf, gc) = (
+                    (fused.loss * 3.0).backward(),
+                    (composed.loss * 3.0).backward(),
+                );
+                assert_close(
+                    &format!("{case} ∂x"),
+                    x.grad(&gf).unwrap(),
+                    x.grad(&gc).unwrap(),
+                );
+                assert_close(
+                    &format!("{case} ∂W"),
+                    w.grad(&gf).unwrap(),
+                    w.grad(&gc).unwrap(),
+                );
+                let fused = scores(x.clone(), w.clone(), transposed, targets.clone());
+                let composed = scores_composed(x.clone(), w.clone(), transposed, targets);
+                assert_close(&format!("{case} nll"), fused.nll, composed.nll);
+                let hits = |t: Tensor<1, Bool>| t.into_data().try_to_vec::<bool>().unwrap();
+                assert_eq!(hits(fused.hits), hits(composed.hits), "{case} row hits");
             }
         }
     }

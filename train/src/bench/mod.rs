@@ -65,9 +65,11 @@ pub struct Args {
     /// Train section: only these mixers (default: all).
     #[arg(long, value_delimiter = ',', value_parser = parse_mixer)]
     mixer: Vec<MixerKind>,
-    /// Train section: only these workloads, `nanogpt` (batch 12 of 64 tokens) or `long`
-    /// (one sequence of 2048) (default: both).
-    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(["nanogpt", "long"]))]
+    /// Train section: only these workloads, `nanogpt` (batch 12 of 64 tokens, vocabulary
+    /// 65), `long` (one sequence of 2048), `gpt2-small` (GPT-2's vocabulary and recipe,
+    /// width 256, 4 layers, batch 16 of 256) or `wide` (the same at width 512, 8 layers, 8
+    /// heads, batch 8 of 512) (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(steps::WORKLOAD_NAMES))]
     workload: Vec<String>,
 }
 
@@ -77,7 +79,8 @@ fn parse_mixer(name: &str) -> Result<MixerKind, String> {
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Section {
-    /// Whole optimizer steps of every mixer (nanoGPT's CPU configuration and a long context).
+    /// Whole optimizer steps of every mixer (nanoGPT's CPU configuration, a long context,
+    /// GPT-2's vocabulary at two sizes).
     Train,
     /// Operator time and memory against sequence length.
     Operators,

@@ -67,17 +67,18 @@ fn render_train(md: &mut String, report: &Report) {
     let _ = writeln!(
         md,
         "## Training steps: forward, backward, clipping, AdamW (median ms per step and phase)\n\n\
-         | workload | mixer | B×T | parameters | kernels | ms/step | forward | backward | optimizer | steps/s | tokens/s | peak MiB |\n\
-         |---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+         | workload | mixer | B×T | vocab | parameters | kernels | ms/step | forward | backward | optimizer | steps/s | tokens/s | peak MiB |\n\
+         |---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in &report.train {
         let _ = writeln!(
             md,
-            "| {} | {} | {}×{} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {} |",
+            "| {} | {} | {}×{} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {} |",
             r.workload,
             r.mixer,
             r.batch,
             r.context,
+            r.vocab,
             r.parameters,
             if r.fused { "fused" } else { "composed" },
             r.timing.median_s * 1e3,

@@ -10,7 +10,7 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::windows::LmItem;
-use hla_model::lm::MixerKind;
+use hla_model::lm::{MixerKind, MlpKind, NormKind, Positions};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
@@ -19,38 +19,81 @@ use crate::alloc;
 use crate::config::{ModelSection, TrainSection};
 use crate::trainee::{NanGuard, Trainee};
 
-/// A batch shape of the train section.
+/// A model and batch shape of the train section.
 pub(super) struct Workload {
     pub(super) name: &'static str,
     pub(super) batch: usize,
     pub(super) context: usize,
+    pub(super) vocab: usize,
+    /// The model of every mixer (the mixer is set per case).
+    model: fn() -> ModelSection,
 }
 
-/// nanoGPT's CPU configuration (`configs/shakespeare-char-*.toml`), and one sequence of
-/// 2048 tokens.
-pub(super) const WORKLOADS: [Workload; 2] = [
+/// nanoGPT's CPU configuration (`configs/shakespeare-char-*.toml`), one sequence of 2048
+/// tokens, and two at a GPT-2 vocabulary in GPT-2's recipe (learned positions, LayerNorm,
+/// GELU MLP): `configs/sotu-gpt2-hla2.toml`'s shape and a wider, deeper, longer one.
+pub(super) const WORKLOADS: [Workload; 4] = [
     Workload {
         name: "nanogpt",
         batch: 12,
         context: 64,
+        vocab: CHARS,
+        model: ModelSection::default,
     },
     Workload {
         name: "long",
         batch: 1,
         context: 2048,
+        vocab: CHARS,
+        model: ModelSection::default,
+    },
+    Workload {
+        name: "gpt2-small",
+        batch: 16,
+        context: 256,
+        vocab: GPT2_VOCAB,
+        model: || gpt2_recipe(256, 4, 4, 256),
+    },
+    Workload {
+        name: "wide",
+        batch: 8,
+        context: 512,
+        vocab: GPT2_VOCAB,
+        model: || gpt2_recipe(512, 8, 8, 512),
     },
 ];
 
+/// The workloads' names, as `--workload` takes them.
+pub(super) const WORKLOAD_NAMES: [&str; 4] = ["nanogpt", "long", "gpt2-small", "wide"];
+
 /// Tiny-shakespeare's characters.
-const VOCAB: usize = 65;
+const CHARS: usize = 65;
+/// GPT-2's BPE vocabulary.
+const GPT2_VOCAB: usize = 50257;
+
+/// GPT-2's block (the PyTorch cross-check's): learned positions for `context` tokens,
+/// LayerNorm, a 4× GELU MLP.
+fn gpt2_recipe(d_model: usize, n_layers: usize, n_heads: usize, context: usize) -> ModelSection {
+    ModelSection {
+        d_model,
+        n_layers,
+        n_heads,
+        positions: Positions::Learned,
+        norm: NormKind::Layer,
+        mlp_kind: MlpKind::Gelu,
+        max_seq_len: context,
+        ..ModelSection::default()
+    }
+}
 
 /// Seconds of timed steps per case: this machine's slow spells last seconds, so a
 /// median needs more than the operators' budget.
 const BUDGET_S: f64 = 5.0;
 
-/// Steps for about [`BUDGET_S`] of steps taking `warm` seconds, 10 to 40.
+/// Steps for about [`BUDGET_S`] of steps taking `warm` seconds, 3 to 40 (the steps of a
+/// GPT-2 vocabulary take seconds).
 fn repetitions(warm: f64) -> usize {
-    ((BUDGET_S / warm.max(1e-6)) as usize).clamp(10, 40)
+    ((BUDGET_S / warm.max(1e-6)) as usize).clamp(3, 40)
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,6 +102,9 @@ pub(super) struct TrainRow {
     pub(super) mixer: String,
     pub(super) batch: usize,
     pub(super) context: usize,
+    /// The vocabulary (figures from before it was recorded: tiny-shakespeare's).
+    #[serde(default = "chars")]
+    pub(super) vocab: usize,
     pub(super) parameters: usize,
     /// Whether the fused CPU kernels ran (off: every op's composed form).
     pub(super) fused: bool,
@@ -91,9 +137,9 @@ impl Case {
     ) -> Self {
         let model = ModelSection {
             mixer,
-            ..ModelSection::default()
+            ..(workload.model)()
         };
-        let lm = model.lm_config(VOCAB).init(device);
+        let lm = model.lm_config(workload.vocab).init(device);
         let trainee = Trainee {
             lm,
             guard: NanGuard::default(),
@@ -104,7 +150,7 @@ impl Case {
         let items = (0..workload.batch)
             .map(|_| {
                 let tokens: Vec<u32> = (0..=workload.context)
-                    .map(|_| rng.random_range(0..VOCAB as u32))
+                    .map(|_| rng.random_range(0..workload.vocab as u32))
                     .collect();
                 LmItem {
                     inputs: tokens[..workload.context].to_vec(),
@@ -225,6 +271,7 @@ impl Bench {
                     mixer: case.mixer.name().into(),
                     batch: w.batch,
                     context: w.context,
+                    vocab: w.vocab,
                     parameters: case.parameters,
                     fused: case.fused,
                     steps_per_s: 1.0 / timing.median_s,
@@ -235,4 +282,8 @@ impl Bench {
             })
             .collect())
     }
+}
+
+fn chars() -> usize {
+    CHARS
 }

@@ -45,7 +45,9 @@ pub fn finish(
     } else {
         Mode::Recurrent
     };
-    let evaluation = eval::evaluate(lm, &data.full_pass(config)?, data.is_mqar(), mode, device);
+    let items = data.full_pass(config)?;
+    let label = format!("{mode:?} validation");
+    let evaluation = eval::evaluate(lm, &items, data.is_mqar(), mode, device, &label);
     evaluation.print();
     let estimate = random_batch_estimate(lm, data, config, device)?;
     let seconds = done.seconds;
@@ -89,7 +91,8 @@ fn random_batch_estimate(
     let Some(items) = data.random_windows(config, config.train.seed.wrapping_add(1))? else {
         return Ok(None);
     };
-    let estimate = eval::evaluate(lm, &items, false, Mode::Chunked, device);
+    let label = "Random-batch estimate";
+    let estimate = eval::evaluate(lm, &items, false, Mode::Chunked, device, label);
     println!(
         "Random-batch estimate: loss {:.4}  ({} batches of random windows)",
         estimate.loss, config.train.eval_batches

@@ -12,9 +12,7 @@ use burn::train::checkpoint::{
     Checkpointer, ComposedCheckpointingStrategy, KeepLastNCheckpoints, MetricCheckpointingStrategy,
 };
 use burn::train::metric::store::{Aggregate, Direction, Split};
-use burn::train::metric::{
-    AccuracyMetric, IterationSpeedMetric, LearningRateMetric, LossMetric, PerplexityMetric,
-};
+use burn::train::metric::{IterationSpeedMetric, LearningRateMetric, LossMetric};
 use burn::train::{
     Interrupter, Learner, MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining,
 };
@@ -23,6 +21,7 @@ use hla_model::lm::Lm;
 use crate::checkpoint::{AtomicCheckpointer, TrainingClock};
 use crate::config::RunConfig;
 use crate::data::Data;
+use crate::metrics::{AccuracyMetric, PerplexityMetric};
 use crate::renderer::QuietRenderer;
 use crate::run_dir::{RunDir, write_atomic};
 use crate::trainee::{NanGuard, Trainee};
@@ -297,7 +296,7 @@ fn configure(
         .num_epochs(t.steps.div_ceil(t.eval_interval));
     // MQAR scores only the query positions: accuracy there; perplexity is for text.
     training = if mqar {
-        training.metrics((AccuracyMetric::new().with_pad_token(0),))
+        training.metrics((AccuracyMetric::new(),))
     } else {
         training.metrics((PerplexityMetric::new(),))
     };
