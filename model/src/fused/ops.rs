@@ -10,7 +10,7 @@ use burn::backend::{Autodiff, Backend, backend_extension};
 
 use super::Host;
 use super::autodiff::{record, record_tracked};
-use crate::hla::{first, second};
+use crate::hla::fused::{self as hla_fused, Kernel};
 use crate::lm::mixer::tokens::{self, Tokens};
 use crate::lm::{attention, conv, head, linear, mlp, norm};
 use crate::optim::fused::{self as adamw, Step};
@@ -72,28 +72,15 @@ pub(crate) trait FusedOps: Backend {
         start: usize,
     ) -> FloatTensor<Self>;
 
-    /// First-order HLA in chunks of `chunk`: the packed output and final state
-    /// (`first::chunked`).
-    fn hla_first(
+    /// HLA of `kernel.order` in chunks of `kernel.chunk` from the state packed per head:
+    /// the packed output and final state ([`crate::hla::fused`]).
+    fn hla_chunked(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         log_g: FloatTensor<Self>,
-        s: FloatTensor<Self>,
-        chunk: usize,
-    ) -> FloatTensor<Self>;
-
-    /// Second-order HLA in chunks of `chunk`: the packed output and final state
-    /// (`second::chunked`).
-    #[allow(clippy::too_many_arguments)]
-    fn hla_second(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        log_g: FloatTensor<Self>,
-        s: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        chunk: usize,
+        state: FloatTensor<Self>,
+        kernel: Kernel,
     ) -> FloatTensor<Self>;
 
     /// The recurrent mixer from `qkv [batch, time, 3·d]`: the packed output and final
@@ -101,8 +88,7 @@ pub(crate) trait FusedOps: Backend {
     fn hla_tokens(
         qkv: FloatTensor<Self>,
         log_g: FloatTensor<Self>,
-        s: FloatTensor<Self>,
-        z: FloatTensor<Self>,
+        state: FloatTensor<Self>,
         tokens: Tokens,
     ) -> FloatTensor<Self>;
 
@@ -177,37 +163,24 @@ impl<B: Host> FusedOps for B {
         attention::fused::forward::<B>([q, k, v], start).0
     }
 
-    fn hla_first(
+    fn hla_chunked(
         q: FloatTensor<B>,
         k: FloatTensor<B>,
         v: FloatTensor<B>,
         log_g: FloatTensor<B>,
-        s: FloatTensor<B>,
-        chunk: usize,
+        state: FloatTensor<B>,
+        kernel: Kernel,
     ) -> FloatTensor<B> {
-        first::fused::forward::<B>([q, k, v, log_g, s], chunk).0
-    }
-
-    fn hla_second(
-        q: FloatTensor<B>,
-        k: FloatTensor<B>,
-        v: FloatTensor<B>,
-        log_g: FloatTensor<B>,
-        s: FloatTensor<B>,
-        z: FloatTensor<B>,
-        chunk: usize,
-    ) -> FloatTensor<B> {
-        second::fused::forward::<B>([q, k, v, log_g, s, z], chunk).0
+        hla_fused::forward::<B>([q, k, v, log_g, state], kernel).0
     }
 
     fn hla_tokens(
         qkv: FloatTensor<B>,
         log_g: FloatTensor<B>,
-        s: FloatTensor<B>,
-        z: FloatTensor<B>,
+        state: FloatTensor<B>,
         t: Tokens,
     ) -> FloatTensor<B> {
-        tokens::recurrent::kernel_forward::<B>([qkv, log_g, s, z], t).0
+        tokens::recurrent::kernel_forward::<B>([qkv, log_g, state], t).0
     }
 
     fn attention_tokens(qkv: FloatTensor<B>, rope: FloatTensor<B>, heads: usize) -> FloatTensor<B> {
@@ -300,49 +273,30 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
         )
     }
 
-    fn hla_first(
+    fn hla_chunked(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         log_g: FloatTensor<Self>,
-        s: FloatTensor<Self>,
-        chunk: usize,
+        state: FloatTensor<Self>,
+        kernel: Kernel,
     ) -> FloatTensor<Self> {
-        use first::fused::{backward, forward};
         record::<B, C, 5>(
-            [q, k, v, log_g, s],
-            |inputs| forward::<B>(inputs, chunk),
-            move |saved, grad| backward::<B>(saved, grad, chunk),
-        )
-    }
-
-    fn hla_second(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        log_g: FloatTensor<Self>,
-        s: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        chunk: usize,
-    ) -> FloatTensor<Self> {
-        use second::fused::{backward, forward};
-        record::<B, C, 6>(
-            [q, k, v, log_g, s, z],
-            |inputs| forward::<B>(inputs, chunk),
-            move |saved, grad| backward::<B>(saved, grad, chunk),
+            [q, k, v, log_g, state],
+            |inputs| hla_fused::forward::<B>(inputs, kernel),
+            move |saved, grad| hla_fused::backward::<B>(saved, grad, kernel),
         )
     }
 
     fn hla_tokens(
         qkv: FloatTensor<Self>,
         log_g: FloatTensor<Self>,
-        s: FloatTensor<Self>,
-        z: FloatTensor<Self>,
+        state: FloatTensor<Self>,
         t: Tokens,
     ) -> FloatTensor<Self> {
         use tokens::recurrent::{kernel_backward, kernel_forward};
-        record::<B, C, 4>(
-            [qkv, log_g, s, z],
+        record::<B, C, 3>(
+            [qkv, log_g, state],
             |inputs| kernel_forward::<B>(inputs, t),
             move |saved, grad| kernel_backward::<B>(saved, grad, t),
         )

@@ -94,3 +94,42 @@ impl HlaState {
             .sum()
     }
 }
+
+/// An order's own state type, convertible to and from [`HlaState`] (what the fused forms,
+/// written once for every order, take).
+pub(crate) trait OrderState: Sized {
+    const ORDER: Order;
+
+    fn into_state(self) -> HlaState;
+
+    /// # Panics
+    ///
+    /// If `state` belongs to another order.
+    fn from_state(state: HlaState) -> Self;
+}
+
+macro_rules! order_state {
+    ($($ty:ty => $variant:ident),+ $(,)?) => {$(
+        impl OrderState for $ty {
+            const ORDER: Order = Order::$variant;
+
+            fn into_state(self) -> HlaState {
+                HlaState::$variant(self)
+            }
+
+            fn from_state(state: HlaState) -> Self {
+                match state {
+                    HlaState::$variant(s) => s,
+                    other => unreachable!("a {:?} state for {:?}", other.order(), Order::$variant),
+                }
+            }
+        }
+    )+};
+}
+
+order_state!(
+    first::State => First,
+    second::State => Second,
+    third::State => Third,
+    ahla::State => Asymmetric,
+);

@@ -4,10 +4,12 @@
 //! paper's Algorithm 2 does for a fixed γ.
 
 mod chunked;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub(crate) mod fused;
 mod recurrent;
 mod reference;
 
-pub use chunked::chunked;
+pub use chunked::{chunked, chunked_composed};
 pub use recurrent::{recurrent, step};
 pub use reference::reference;
 

@@ -30,7 +30,7 @@ use crate::hla::{HlaInput, chunks::Chunked};
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
     #[cfg(any(feature = "ndarray", feature = "flex"))]
     if crate::hla::fused::applies(input) {
-        return super::fused::chunked(input, state, chunk);
+        return crate::hla::fused::run(input, state, chunk);
     }
     chunked_composed(input, state, chunk)
 }

@@ -4,10 +4,12 @@
 //! different operator (spec §8 [E]); gates use the product decay of §6 (derived here).
 
 mod chunked;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub(crate) mod fused;
 mod recurrent;
 mod reference;
 
-pub use chunked::chunked;
+pub use chunked::{chunked, chunked_composed};
 pub use recurrent::{recurrent, step};
 pub use reference::reference;
 

@@ -159,7 +159,7 @@ impl Mixer {
         };
         #[cfg(any(feature = "ndarray", feature = "flex"))]
         if let Some(tokens) = self.fused(&qkv, widths, form, memory.as_ref()) {
-            let (o, memory) = self.recur_fused(qkv, memory, tokens);
+            let (o, memory) = self.recur_fused(&x, qkv, memory, tokens);
             return (self.output(&x, o), MixerState { conv, memory });
         }
         #[cfg(any(feature = "ndarray", feature = "flex"))]
@@ -195,9 +195,8 @@ impl Mixer {
         linear(&self.out, o)
     }
 
-    /// The fused mixer's settings, if it computes this call: second-order HLA or linear
-    /// attention in one chunk-parallel pass, keys per head, the fixed decay or none, on a
-    /// CPU device.
+    /// The fused mixer's settings, if it computes this call: HLA of any order or linear
+    /// attention in one chunk-parallel pass, keys per head, on a CPU device.
     #[cfg(any(feature = "ndarray", feature = "flex"))]
     fn fused(
         &self,
@@ -207,20 +206,13 @@ impl Mixer {
         memory: Option<&Memory>,
     ) -> Option<tokens::Tokens> {
         let s = &self.settings;
-        let second = match s.kind {
-            MixerKind::Hla2 => true,
-            MixerKind::Linear => false,
-            _ => return None,
-        };
+        let order = self.order()?;
         let Form::Chunked(chunk) = form else {
             return None;
         };
-        let plain = self.gate.is_none()
-            && s.decay != DecayKind::Gated
-            && widths[0] == widths[1]
-            && matches!(memory, None | Some(Memory::Recurrent(_)));
+        let plain = widths[0] == widths[1] && matches!(memory, None | Some(Memory::Recurrent(_)));
         (plain && crate::fused::applies(qkv)).then_some(tokens::Tokens {
-            second,
+            order,
             heads: s.heads,
             map: s.feature_map,
             chunk,
@@ -228,6 +220,7 @@ impl Mixer {
                 Output::Raw => None,
                 Output::Normalized { eps } => Some(eps as f32),
             },
+            gates: false,
         })
     }
 
@@ -236,35 +229,28 @@ impl Mixer {
     #[cfg(any(feature = "ndarray", feature = "flex"))]
     fn recur_fused(
         &self,
+        x: &Tensor<3>,
         qkv: Tensor<3>,
         memory: Option<Memory>,
-        tokens: tokens::Tokens,
+        mut tokens: tokens::Tokens,
     ) -> (Tensor<3>, Memory) {
         let s = &self.settings;
         let [b, t, _] = qkv.dims();
         let (h, dh) = (s.heads, s.d_head);
         let device = qkv.device();
-        let log_g = match s.decay {
-            DecayKind::Fixed => fixed_log_gates(&multi_scale_decay(h, s.decay_base), t, &device)
-                .expect("γ in (0, 1)"),
-            _ => Tensor::zeros([1, 1, t], &device),
-        };
+        let log_g = self
+            .log_gates(x, t, &device)
+            .unwrap_or_else(|| Tensor::zeros([1, 1, t], &device));
+        tokens.gates = log_g.is_tracked();
         let state = match memory {
             Some(Memory::Recurrent(state)) => state,
             Some(Memory::Cache { .. } | Memory::Projected(_)) => {
                 unreachable!("a KV cache passed to a recurrent mixer")
             }
             None => {
-                let parts = tokens.state_parts(dh);
                 let zeros = |[rows, cols]: [usize; 2]| Tensor::zeros([b, h, rows, cols], &device);
-                if tokens.second {
-                    HlaState::Second(hla::second::State {
-                        s: zeros(parts[0]),
-                        z: zeros(parts[1]),
-                    })
-                } else {
-                    HlaState::First(hla::first::State { s: zeros(parts[0]) })
-                }
+                let parts = tokens.state_parts(dh).into_iter().map(zeros).collect();
+                HlaState::from_tensors(tokens.order, parts)
             }
         };
         let (o, state) = tokens::recurrent::forward(qkv, log_g, state, tokens);
@@ -273,6 +259,33 @@ impl Mixer {
             None => o,
         };
         (o, Memory::Recurrent(state))
+    }
+
+    /// The operator of HLA and linear attention (`None` for softmax attention).
+    fn order(&self) -> Option<Order> {
+        match self.settings.kind {
+            MixerKind::Linear => Some(Order::First),
+            MixerKind::Hla2 => Some(Order::Second),
+            MixerKind::Hla3 => Some(Order::Third),
+            MixerKind::Ahla => Some(Order::Asymmetric),
+            MixerKind::Softmax => None,
+        }
+    }
+
+    /// The log gates `[batch or 1, heads, time]` of `time` tokens of the mixer's input `x`
+    /// (`None` without decay): data-dependent, or the fixed multi-scale decay.
+    fn log_gates(&self, x: &Tensor<3>, time: usize, device: &Device) -> Option<Tensor<3>> {
+        let s = &self.settings;
+        match (&self.gate, s.decay) {
+            (Some(gate), _) => {
+                Some(log_sigmoid(linear(gate, x.clone())).swap_dims(1, 2) / GATE_TEMPERATURE)
+            }
+            (None, DecayKind::Fixed) => Some(
+                fixed_log_gates(&multi_scale_decay(s.heads, s.decay_base), time, device)
+                    .expect("γ in (0, 1)"),
+            ),
+            (None, _) => None,
+        }
     }
 
     /// `[batch, time, heads·d_head]` → `[batch, heads, time, d_head]`.
@@ -293,25 +306,9 @@ impl Mixer {
         form: Form,
     ) -> (Tensor<4>, Memory) {
         let s = &self.settings;
-        let order = match s.kind {
-            MixerKind::Linear => Order::First,
-            MixerKind::Hla2 => Order::Second,
-            MixerKind::Hla3 => Order::Third,
-            MixerKind::Ahla => Order::Asymmetric,
-            MixerKind::Softmax => unreachable!("softmax attention has no recurrence"),
-        };
+        let order = self.order().expect("softmax attention has no recurrence");
         let (q, k) = s.feature_map.apply(q, k);
-        let time = q.dims()[2];
-        let log_g = match (&self.gate, s.decay) {
-            (Some(gate), _) => {
-                Some(log_sigmoid(linear(gate, x.clone())).swap_dims(1, 2) / GATE_TEMPERATURE)
-            }
-            (None, DecayKind::Fixed) => Some(
-                fixed_log_gates(&multi_scale_decay(s.heads, s.decay_base), time, &q.device())
-                    .expect("γ in (0, 1)"),
-            ),
-            (None, _) => None,
-        };
+        let log_g = self.log_gates(x, q.dims()[2], &q.device());
         let input = HlaInput::new(q, k, v, log_g).expect("the mixer builds consistent shapes");
         let state = memory.map(|m| match m {
             Memory::Recurrent(state) => state,

@@ -1,6 +1,7 @@
 //! The fused recurrent mixer: one kernel each way takes every head's slice of the tokens,
-//! applies the feature map to q and k, and runs first- or second-order HLA in chunks
-//! ([`crate::hla::fused`]). With the masked denominator each head's v gets a column of
+//! applies the feature map to q and k, and runs HLA of any order (or linear attention) in
+//! chunks ([`crate::hla::fused`]), with the gates' gradient when the decay is
+//! data-dependent. With the masked denominator each head's v gets a column of
 //! ones, as [`crate::hla::Output::augment`] does, so the denominator comes out as each
 //! head's last output column (the state has the composed form's layout), and the kernel
 //! divides by it ([`crate::hla::Output::finish`]).
@@ -14,20 +15,21 @@ use rayon::prelude::*;
 use super::rows::{divide, divide_backward, map_rows, map_rows_backward};
 use super::{head_rows, scatter, transpose};
 use crate::fused::Host;
-use crate::hla::fused::{Head, Sizes, unpack};
-use crate::hla::{HlaState, first, second};
+use crate::hla::fused::{self, Grads, Head, Sizes};
+use crate::hla::{HlaState, Order};
 use crate::lm::FeatureMap;
 
 /// What one call computes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Tokens {
-    /// Second order; else first (linear attention).
-    pub(crate) second: bool,
+    pub(crate) order: Order,
     pub(crate) heads: usize,
     pub(crate) map: FeatureMap,
     pub(crate) chunk: usize,
     /// Divide by the masked denominator, clamped at this epsilon: v gets a column of ones.
     pub(crate) denominator: Option<f32>,
+    /// Whether the log gates need a gradient (the data-dependent decay).
+    pub(crate) gates: bool,
 }
 
 impl Tokens {
@@ -36,26 +38,14 @@ impl Tokens {
         dh + usize::from(self.denominator.is_some())
     }
 
-    /// One head's state as `[rows, cols]`: `S [dh, dv]` for first order, `S [dh, dh]` and
-    /// `Z [dh, dv]` for second.
+    /// One head's state as `[rows, cols]` parts ([`crate::hla::fused::state_parts`]).
     pub(crate) fn state_parts(&self, dh: usize) -> Vec<[usize; 2]> {
-        let dv = self.dv(dh);
-        if self.second {
-            vec![[dh, dh], [dh, dv]]
-        } else {
-            vec![[dh, dv]]
-        }
-    }
-
-    /// Floats of one head's `S` and `Z` (0 for first order).
-    fn part_lens(&self, dh: usize) -> [usize; 2] {
-        let parts = self.state_parts(dh);
-        [0, 1].map(|i| parts.get(i).map_or(0, |[rows, cols]| rows * cols))
+        fused::state_parts(self.order, dh, self.dv(dh))
     }
 
     /// Floats of one head's state.
     fn state_len(&self, dh: usize) -> usize {
-        self.part_lens(dh).iter().sum()
+        fused::state_len(self.order, dh, self.dv(dh))
     }
 }
 
@@ -71,31 +61,18 @@ pub(crate) fn forward(
     use crate::fused::FusedOps;
     let [b, t, channels] = qkv.dims();
     let (d, h) = (channels / 3, tokens.heads);
-    let dh = d / h;
-    let (s0, z0) = match state {
-        HlaState::First(s) => (s.s, Tensor::zeros([0, 0, 0, 0], &qkv.device())),
-        HlaState::Second(s) => (s.s, s.z),
-        _ => unreachable!("the fused mixer runs first and second order only"),
-    };
     let packed = <burn::backend::Dispatch as FusedOps>::hla_tokens(
         qkv.into_dispatch(),
         log_g.into_dispatch(),
-        s0.into_dispatch(),
-        z0.into_dispatch(),
+        fused::pack_state(state.tensors()).into_dispatch(),
         tokens,
     );
-    // S, then Z for second order.
-    let parts: Vec<_> = (tokens.state_parts(dh).into_iter())
-        .map(|[rows, cols]| [b, h, rows, cols])
-        .collect();
-    let (o, states) = unpack(Tensor::from_dispatch(packed), [b, t, d], &parts);
-    let mut states = states.into_iter();
-    let s = states.next().unwrap_or_else(|| unreachable!("S is packed"));
-    let state = match states.next() {
-        Some(z) => HlaState::Second(second::State { s, z }),
-        None => HlaState::First(first::State { s }),
-    };
-    (o, state)
+    let packed = Tensor::<1>::from_dispatch(packed);
+    let o_len = b * t * d;
+    let state = packed.clone().narrow(0, o_len, packed.dims()[0] - o_len);
+    let parts = fused::unpack_state(state, [b, h], &tokens.state_parts(d / h));
+    let o = packed.narrow(0, 0, o_len).reshape([b, t, d]);
+    (o, HlaState::from_tensors(tokens.order, parts))
 }
 
 /// One head's q, k (mapped) and v, each `[time, dh]`; with the raw q and k when `raw`.
@@ -158,21 +135,21 @@ fn sizes(qkv: &Shape, gates: &Shape, tokens: &Tokens) -> (Sizes, usize) {
     (Sizes::new(&q, &v, gates, tokens.chunk), d)
 }
 
-/// `[qkv, log g, S₀, Z₀]` → packed `[o [batch, time, d], S, Z]` (Z₀ empty for first
-/// order); saves `qkv`, the gates and every chunk's start state, and with the denominator
+/// `[qkv, log g, state₀]` (the state packed per head) → packed `[o [batch, time, d],
+/// state]`; saves `qkv`, the gates and every chunk's start state, and with the denominator
 /// `o` and the denominators `[batch, heads, time]`.
 pub(crate) fn kernel_forward<B: Host>(
-    [qkv, log_g, s0, z0]: [FloatTensor<B>; 4],
+    [qkv, log_g, state0]: [FloatTensor<B>; 3],
     tokens: Tokens,
 ) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
     let (n, d) = sizes(&qkv.shape(), &log_g.shape(), &tokens);
     let (dh, dv) = (n.d, n.dv);
-    let [s_len, z_len] = tokens.part_lens(dh);
+    let len = tokens.state_len(dh);
     let (packed, starts, den) = {
-        let values = [&qkv, &log_g, &s0, &z0].map(|t| B::values(t));
-        let [x, g, s0, z0] = &values;
-        let start_len = n.chunks() * tokens.state_len(dh);
-        let heads: Vec<[Vec<f32>; 5]> = (0..n.sequences())
+        let values = [&qkv, &log_g, &state0].map(|t| B::values(t));
+        let [x, g, state0] = &values;
+        let start_len = n.chunks() * len;
+        let heads: Vec<[Vec<f32>; 4]> = (0..n.sequences())
             .into_par_iter()
             .map(|i| {
                 let at = (i / n.heads, i % n.heads);
@@ -180,25 +157,19 @@ pub(crate) fn kernel_forward<B: Host>(
                 let head = x.head(n.gates_of(g, i));
                 let mut o = vec![0.0; n.time * dv];
                 let mut starts = vec![0.0; start_len];
-                let mut s = s0[i * s_len..][..s_len].to_vec();
-                let mut z = z0[i * z_len..][..z_len].to_vec();
-                if tokens.second {
-                    second::fused::forward_head(&n, &head, &mut s, &mut z, &mut o, &mut starts);
-                } else {
-                    first::fused::forward_head(&n, &head, &mut s, &mut o, &mut starts);
-                }
+                let mut state = state0[i * len..][..len].to_vec();
+                fused::forward_head(tokens.order, &n, &head, &mut state, &mut o, &mut starts);
                 let (o, den) = match tokens.denominator {
                     Some(eps) => divide(&o, dh, eps),
                     None => (o, Vec::new()),
                 };
-                [o, s, z, starts, den]
+                [o, state, starts, den]
             })
             .collect();
-        let [o, s, z, starts, den] = transpose(heads);
+        let [o, state, starts, den] = transpose(heads);
         let mut packed = vec![0.0; n.batch * n.time * d];
         scatter(&mut packed, &[&o], (n.time, d, dh));
-        packed.extend(s.concat());
-        packed.extend(z.concat());
+        packed.extend(state.concat());
         (packed, starts.concat(), den.concat())
     };
     let flat = |x: Vec<f32>| {
@@ -214,12 +185,12 @@ pub(crate) fn kernel_forward<B: Host>(
 }
 
 /// Saved `[qkv, log g, starts]` (and `[packed output, den]`) and the packed gradient →
-/// `[∂qkv, 0, ∂S₀, ∂Z₀]`.
+/// `[∂qkv, ∂log g, ∂state₀]` (zero gates' gradient unless `tokens.gates`).
 pub(crate) fn kernel_backward<B: Host>(
     saved: Vec<FloatTensor<B>>,
     grad: FloatTensor<B>,
     tokens: Tokens,
-) -> [FloatTensor<B>; 4] {
+) -> [FloatTensor<B>; 3] {
     let mut saved = saved.into_iter();
     let mut next = || {
         saved
@@ -232,12 +203,11 @@ pub(crate) fn kernel_backward<B: Host>(
     let (qkv_shape, g_shape) = (qkv.shape(), log_g.shape());
     let (n, d) = sizes(&qkv_shape, &g_shape, &tokens);
     let (dh, dv) = (n.d, n.dv);
-    let [s_len, z_len] = tokens.part_lens(dh);
+    let len = tokens.state_len(dh);
     let values = [&qkv, &log_g, &starts, &grad].map(|t| B::values(t));
     let [x, g, sv, grad] = &values;
-    let (g_o, g_states) = grad.split_at(n.batch * n.time * d);
-    let (g_s, g_z) = g_states.split_at(n.sequences() * s_len);
-    let start_len = n.chunks() * tokens.state_len(dh);
+    let (g_o, g_state) = grad.split_at(n.batch * n.time * d);
+    let start_len = n.chunks() * len;
     let heads: Vec<[Vec<f32>; 5]> = (0..n.sequences())
         .into_par_iter()
         .map(|i| {
@@ -257,23 +227,17 @@ pub(crate) fn kernel_backward<B: Host>(
                 vec![0.0; n.time * dh],
                 vec![0.0; n.time * dv],
             );
-            let mut ds = g_s[i * s_len..][..s_len].to_vec();
-            let mut dz = g_z[i * z_len..][..z_len].to_vec();
+            let mut d_state = g_state[i * len..][..len].to_vec();
+            let mut dg = vec![0.0; if tokens.gates { n.time } else { 0 }];
+            let mut out = Grads {
+                q: &mut dq,
+                k: &mut dk,
+                v: &mut d_v,
+                state: &mut d_state,
+                gates: tokens.gates.then_some(&mut dg[..]),
+            };
             let starts = &sv[i * start_len..][..start_len];
-            if tokens.second {
-                let mut out = second::fused::Grads {
-                    q: &mut dq,
-                    k: &mut dk,
-                    v: &mut d_v,
-                    s: &mut ds,
-                    z: &mut dz,
-                };
-                second::fused::backward_head(&n, &head, starts, &g_head, &mut out);
-            } else {
-                first::fused::backward_head(
-                    &n, &head, starts, &g_head, &mut dq, &mut dk, &mut d_v, &mut ds,
-                );
-            }
+            fused::backward_head(tokens.order, &n, &head, starts, &g_head, &mut out);
             let (q_raw, k_raw) = x.raw.expect("gathered with the raw rows");
             let unmap = |raw: &[f32], y: &[f32], dy: &[f32], query: bool| {
                 let mut dx = vec![0.0; dy.len()];
@@ -288,20 +252,21 @@ pub(crate) fn kernel_backward<B: Host>(
                 .flat_map(|row| &row[..dh])
                 .copied()
                 .collect();
-            [dq, dk, d_v, ds, dz]
+            [dq, dk, d_v, d_state, dg]
         })
         .collect();
-    let [dq, dk, d_v, ds, dz] = transpose(heads);
+    let [dq, dk, d_v, d_state, dg] = transpose(heads);
     let mut dqkv = vec![0.0; x.len()];
     scatter(&mut dqkv, &[&dq, &dk, &d_v], (n.time, d, dh));
-    let parts = tokens.state_parts(dh);
-    let shape = |[rows, cols]: [usize; 2]| Shape::new([n.batch, n.heads, rows, cols]);
-    let s_shape = shape(parts[0]);
-    let z_shape = parts.get(1).map_or(Shape::new([0, 0, 0, 0]), |&z| shape(z));
+    let dg = match tokens.gates {
+        true => n.gate_sums(&dg.concat()),
+        false => vec![0.0; g.len()],
+    };
+    let d_state = d_state.concat();
+    let state_len = d_state.len();
     [
         B::tensor(dqkv, qkv_shape),
-        B::tensor(vec![0.0; g.len()], g_shape),
-        B::tensor(ds.concat(), s_shape),
-        B::tensor(dz.concat(), z_shape),
+        B::tensor(dg, g_shape),
+        B::tensor(d_state, Shape::new([state_len])),
     ]
 }

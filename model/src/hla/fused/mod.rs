@@ -1,0 +1,278 @@
+//! What the fused chunk-parallel forms of every order ([`super::first`], [`super::second`],
+//! [`super::third`], [`super::ahla`]) share on CPU devices: when they run, the walk over
+//! the chunks of every sequence and head, the state's layout, and the one packed output
+//! that carries the outputs and the final state through autodiff.
+//!
+//! A fused form walks the chunks of each sequence and head in order and carries the state
+//! from one chunk to the next (the recurrence over chunks, spec §5), each chunk's products
+//! being small matmuls; sequences and heads run in parallel. Its backward pass walks the
+//! chunks back, from the states saved at every chunk start, and gives the log gates their
+//! gradient when they need one (the data-dependent decay, [`decay::DecayGrads`]).
+
+mod decay;
+mod op;
+#[cfg(test)]
+mod tests;
+
+use burn::prelude::*;
+
+use super::state::OrderState;
+use super::{HlaInput, HlaState, Order, ahla, first, second, third};
+pub(crate) use decay::{
+    ChunkDecay, DecayGrads, Decays, Power, apply_mask, hadamard, row_dots, scale, scale_rows,
+    scaled_rows,
+};
+pub(crate) use op::{Kernel, backward, forward};
+
+/// Whether `input` takes a fused form: f32 on a CPU device and keys per head (not shared).
+pub(crate) fn applies(input: &HlaInput) -> bool {
+    crate::fused::applies(&input.q) && input.k.dims()[1] == input.q.dims()[1]
+}
+
+/// The fused form of an order's chunked form (`first::chunked`, …; same arguments and
+/// results).
+pub(crate) fn run<S: OrderState>(input: &HlaInput, state: S, chunk: usize) -> (Tensor<4>, S) {
+    let tensors = state.into_state().tensors();
+    let (o, parts) = chunked(S::ORDER, input, tensors, chunk);
+    (o, S::from_state(HlaState::from_tensors(S::ORDER, parts)))
+}
+
+/// The fused form of `order`'s chunked form, from the state's tensors in the order of
+/// [`super::HlaState::tensors`]: `o [batch, heads, time, dv]` and the final state's.
+pub(crate) fn chunked(
+    order: Order,
+    input: &HlaInput,
+    state: Vec<Tensor<4>>,
+    chunk: usize,
+) -> (Tensor<4>, Vec<Tensor<4>>) {
+    use crate::fused::FusedOps;
+    let [b, h, t, d] = input.q.dims();
+    let dv = input.v.dims()[3];
+    let log_g = log_gates(input);
+    let kernel = Kernel {
+        order,
+        chunk,
+        gates: log_g.is_tracked(),
+    };
+    let packed = <burn::backend::Dispatch as FusedOps>::hla_chunked(
+        input.q.clone().into_dispatch(),
+        input.k.clone().into_dispatch(),
+        input.v.clone().into_dispatch(),
+        log_g.into_dispatch(),
+        pack_state(state).into_dispatch(),
+        kernel,
+    );
+    let packed = Tensor::<1>::from_dispatch(packed);
+    let o_len = b * h * t * dv;
+    let state = packed.clone().narrow(0, o_len, packed.dims()[0] - o_len);
+    let o = packed.narrow(0, 0, o_len).reshape([b, h, t, dv]);
+    (o, unpack_state(state, [b, h], &state_parts(order, d, dv)))
+}
+
+/// One head's state as `[rows, cols]` parts, in the order of
+/// [`super::HlaState::tensors`]: `S [d, dv]` (first order); `S [d, d]`, `Z [d, dv]`
+/// (second); `S [d, d]`, `P`, `Y [d, dv]` (third); `P`, `E [d, dv]` (AHLA).
+pub(crate) fn state_parts(order: Order, d: usize, dv: usize) -> Vec<[usize; 2]> {
+    match order {
+        Order::First => vec![[d, dv]],
+        Order::Second => vec![[d, d], [d, dv]],
+        Order::Third => vec![[d, d], [d, dv], [d, dv]],
+        Order::Asymmetric => vec![[d, dv], [d, dv]],
+    }
+}
+
+/// Floats of one head's state.
+pub(crate) fn state_len(order: Order, d: usize, dv: usize) -> usize {
+    state_parts(order, d, dv).iter().map(|[r, c]| r * c).sum()
+}
+
+/// The state tensors `[batch, heads, rows, cols]` as one `[batch · heads · len]` tensor,
+/// each head's parts one after the other (the layout of the kernels).
+pub(crate) fn pack_state(parts: Vec<Tensor<4>>) -> Tensor<1> {
+    let [b, h, ..] = parts[0].dims();
+    let rows: Vec<Tensor<2>> = parts
+        .into_iter()
+        .map(|part| part.reshape([(b * h) as i32, -1]))
+        .collect();
+    Tensor::cat(rows, 1).reshape([-1])
+}
+
+/// The inverse of [`pack_state`] for `[batch, heads]` and each head's `parts`.
+pub(crate) fn unpack_state(
+    packed: Tensor<1>,
+    [b, h]: [usize; 2],
+    parts: &[[usize; 2]],
+) -> Vec<Tensor<4>> {
+    let len = parts.iter().map(|[r, c]| r * c).sum();
+    let rows = packed.reshape([b * h, len]);
+    let mut offset = 0;
+    parts
+        .iter()
+        .map(|&[r, c]| {
+            let part = rows.clone().narrow(1, offset, r * c).reshape([b, h, r, c]);
+            offset += r * c;
+            part
+        })
+        .collect()
+}
+
+/// The highest power of the decay `order`'s chunk step uses.
+fn powers(order: Order) -> usize {
+    match order {
+        Order::First | Order::Asymmetric => 1,
+        Order::Second => 2,
+        Order::Third => 3,
+    }
+}
+
+/// Decays for the chunks of `order`.
+pub(crate) fn decays(order: Order) -> Decays {
+    Decays::new(powers(order))
+}
+
+/// One sequence and head forward of `order`: `o`, the final state (holding the initial
+/// state on entry, [`state_parts`] one after the other) and every chunk's start state into
+/// `starts`.
+pub(crate) fn forward_head(
+    order: Order,
+    n: &Sizes,
+    x: &Head,
+    state: &mut [f32],
+    o: &mut [f32],
+    starts: &mut [f32],
+) {
+    match order {
+        Order::First => first::fused::forward_head(n, x, state, o, starts),
+        Order::Second => second::fused::forward_head(n, x, state, o, starts),
+        Order::Third => third::fused::forward_head(n, x, state, o, starts),
+        Order::Asymmetric => ahla::fused::forward_head(n, x, state, o, starts),
+    }
+}
+
+/// One sequence and head backward of `order`, from `∂o` (`g`) and the saved chunk start
+/// states.
+pub(crate) fn backward_head(
+    order: Order,
+    n: &Sizes,
+    x: &Head,
+    starts: &[f32],
+    g: &[f32],
+    out: &mut Grads,
+) {
+    match order {
+        Order::First => first::fused::backward_head(n, x, starts, g, out),
+        Order::Second => second::fused::backward_head(n, x, starts, g, out),
+        Order::Third => third::fused::backward_head(n, x, starts, g, out),
+        Order::Asymmetric => ahla::fused::backward_head(n, x, starts, g, out),
+    }
+}
+
+/// One sequence and head's gradients: of q, k, v, of the state (the final state's on
+/// entry, the initial state's on return) and, when asked for, of the log gates.
+pub(crate) struct Grads<'a> {
+    pub(crate) q: &'a mut [f32],
+    pub(crate) k: &'a mut [f32],
+    pub(crate) v: &'a mut [f32],
+    pub(crate) state: &'a mut [f32],
+    pub(crate) gates: Option<&'a mut [f32]>,
+}
+
+/// `input`'s log gates, or zeros `[1, 1, time]` (no decay).
+pub(crate) fn log_gates(input: &HlaInput) -> Tensor<3> {
+    input.log_g.clone().unwrap_or_else(|| {
+        let device = input.q.device();
+        Tensor::zeros([1, 1, input.time()], &device)
+    })
+}
+
+/// One sequence and head's inputs: `q`, `k` `[time, d]`, `v` `[time, dv]` row-major and
+/// the log gates `[time]`.
+pub(crate) struct Head<'a> {
+    pub(crate) q: &'a [f32],
+    pub(crate) k: &'a [f32],
+    pub(crate) v: &'a [f32],
+    pub(crate) log_g: &'a [f32],
+}
+
+impl Head<'_> {
+    /// `q`, `k`, `v` of the `c` tokens from `c0`.
+    #[inline(always)]
+    pub(crate) fn chunk(
+        &self,
+        (c0, c): (usize, usize),
+        d: usize,
+        dv: usize,
+    ) -> (&[f32], &[f32], &[f32]) {
+        (
+            &self.q[c0 * d..][..c * d],
+            &self.k[c0 * d..][..c * d],
+            &self.v[c0 * dv..][..c * dv],
+        )
+    }
+}
+
+/// The sizes of a fused call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sizes {
+    pub(crate) batch: usize,
+    pub(crate) heads: usize,
+    pub(crate) time: usize,
+    pub(crate) d: usize,
+    pub(crate) dv: usize,
+    pub(crate) chunk: usize,
+    /// Batch and heads of the gates (each 1 or the full size).
+    pub(crate) gates: (usize, usize),
+}
+
+impl Sizes {
+    pub(crate) fn new(q: &[usize], v: &[usize], gates: &[usize], chunk: usize) -> Self {
+        Self {
+            batch: q[0],
+            heads: q[1],
+            time: q[2],
+            d: q[3],
+            dv: v[3],
+            chunk,
+            gates: (gates[0], gates[1]),
+        }
+    }
+
+    /// Sequences × heads.
+    pub(crate) fn sequences(&self) -> usize {
+        self.batch * self.heads
+    }
+
+    pub(crate) fn chunks(&self) -> usize {
+        self.time.div_ceil(self.chunk)
+    }
+
+    /// The log gates `[time]` of sequence-and-head `i` in `log_g [gb, gh, time]`.
+    pub(crate) fn gates_of<'a>(&self, log_g: &'a [f32], i: usize) -> &'a [f32] {
+        &log_g[self.gate_row(i) * self.time..][..self.time]
+    }
+
+    /// The row of `log_g [gb, gh, time]` that sequence-and-head `i` reads.
+    pub(crate) fn gate_row(&self, i: usize) -> usize {
+        let (b, h) = (i / self.heads, i % self.heads);
+        let (gb, gh) = self.gates;
+        (if gb > 1 { b } else { 0 }) * gh + if gh > 1 { h } else { 0 }
+    }
+
+    /// The gradient of `log_g [gb, gh, time]` from every sequence-and-head's, `[sequences,
+    /// time]`: summed over the rows a head shares (gates broadcast over batch or heads).
+    pub(crate) fn gate_sums(&self, per_head: &[f32]) -> Vec<f32> {
+        let (gb, gh) = self.gates;
+        let mut out = vec![0.0; gb * gh * self.time];
+        for (i, grads) in per_head.chunks_exact(self.time).enumerate() {
+            let row = &mut out[self.gate_row(i) * self.time..][..self.time];
+            row.iter_mut().zip(grads).for_each(|(o, g)| *o += g);
+        }
+        out
+    }
+
+    /// The chunks of one sequence as `(first token, tokens)`.
+    pub(crate) fn spans(&self) -> impl DoubleEndedIterator<Item = (usize, usize)> + use<> {
+        let (time, chunk) = (self.time, self.chunk);
+        (0..time.div_ceil(chunk)).map(move |n| (n * chunk, chunk.min(time - n * chunk)))
+    }
+}
