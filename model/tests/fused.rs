@@ -1,7 +1,8 @@
 //! The fused CPU kernels against the composed forms they replace, end to end: for every
-//! mixer and option, one language model's loss and the gradient of every parameter are the
-//! same with the kernels on and off. (The only test of this binary: it switches the
-//! process-wide `hla_model::fused::set_enabled`.)
+//! mixer and option, one language model's loss and the gradient of every parameter, and its
+//! token-by-token logits from the serial recurrence, are the same with the kernels on and
+//! off. (The only tests of this binary, one after the other: they switch the process-wide
+//! `hla_model::fused::set_enabled`.)
 
 mod common;
 
@@ -60,22 +61,27 @@ fn loss_and_grads(
     (loss.inner(), grads)
 }
 
+/// Data for `b` sequences of `t` tokens of the tiny models' vocabulary.
+fn tokens(rng: &mut Rng, (b, t): (usize, usize), device: &Device) -> Tensor<2, Int> {
+    let values: Vec<i64> = (0..b * t)
+        .map(|_| (rng.between(0.0, 37.0) as i64).min(36))
+        .collect();
+    Tensor::from_data(TensorData::new(values, [b, t]), device)
+}
+
 #[test]
 fn fused_kernels_change_no_loss_and_no_gradient() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     for device in devices() {
         let ad = device.clone().autodiff();
         for config in configs() {
             ad.seed(3);
             let lm = config.init(&ad);
             let mut rng = Rng::new(5);
-            let mut tokens = |n: usize| -> Vec<i64> {
-                (0..n)
-                    .map(|_| (rng.between(0.0, 37.0) as i64).min(36))
-                    .collect()
-            };
-            let (b, t) = (3, 21);
-            let data = |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v, [b, t]), &ad);
-            let (inputs, targets) = (data(tokens(b * t)), data(tokens(b * t)));
+            let (inputs, targets) = (
+                tokens(&mut rng, (3, 21), &ad),
+                tokens(&mut rng, (3, 21), &ad),
+            );
             hla_model::fused::set_enabled(true);
             let fused = loss_and_grads(&lm, &inputs, &targets);
             hla_model::fused::set_enabled(false);
@@ -94,3 +100,37 @@ fn fused_kernels_change_no_loss_and_no_gradient() {
         }
     }
 }
+
+/// Generation and evaluation without gradients run the serial recurrence fused: after a
+/// prompt, each step's logits and the state equal the composed recurrence's.
+#[test]
+fn fused_serial_steps_equal_the_composed_recurrence() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    for device in devices() {
+        for config in configs() {
+            device.seed(3);
+            let lm = config.init(&device);
+            let ids = tokens(&mut Rng::new(7), (2, 13), &device);
+            let mut runs = Vec::new();
+            for enabled in [true, false] {
+                hla_model::fused::set_enabled(enabled);
+                let mut state = lm.init_state(2);
+                let mut steps = vec![lm.prefill(ids.clone().slice(s![.., 0..5]), &mut state)];
+                for t in 5..13 {
+                    let token = ids.clone().slice(s![.., t..=t]).squeeze_dim(1);
+                    steps.push(lm.step(token, &mut state).unsqueeze_dim(1));
+                }
+                runs.push(Tensor::cat(steps, 1));
+            }
+            hla_model::fused::set_enabled(true);
+            let error = rel_rms(&runs[0], &runs[1]);
+            assert!(
+                error < 1e-5,
+                "{config:?} on {device:?}: logits error {error:e}"
+            );
+        }
+    }
+}
+
+/// The tests switch the process-wide kernels; they take turns.
+static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -155,8 +155,13 @@ pub fn evaluate(
     }
 }
 
+/// Most rows of the blocks' output kept before the head scores them (in floats): the
+/// head runs fastest on many rows at once, the rows cost memory.
+const ROWS_HELD: usize = 1 << 24;
+
 /// Each target's negative log-likelihood and hit `[batch, time]` by the serial recurrence,
-/// one token of every window at a time, scored as it comes (no logits kept).
+/// one token of every window at a time; the head scores the rows of several steps at once
+/// (no logits kept).
 fn recurrent_scores(
     lm: &Lm,
     batch: &LmBatch,
@@ -164,14 +169,26 @@ fn recurrent_scores(
 ) -> (Tensor<2>, Tensor<2, Bool>) {
     let [rows, time] = batch.inputs.dims();
     let mut state = lm.init_state(rows);
-    let (mut nll, mut hits) = (Vec::with_capacity(time), Vec::with_capacity(time));
+    let column = |x: &Tensor<2, Int>, t: usize| x.clone().slice(s![.., t..=t]).squeeze_dim(1);
+    let (mut nll, mut hits) = (Vec::new(), Vec::new());
+    let mut held: Vec<Tensor<2>> = Vec::new();
+    let mut first = 0;
     for t in 0..time {
-        let column = |x: &Tensor<2, Int>| x.clone().slice(s![.., t..=t]).squeeze_dim::<1>(1);
-        let x = lm.step_rows(column(&batch.inputs), &mut state);
-        let scores = lm.scores(x, column(&batch.targets));
-        nll.push(scores.nll);
-        hits.push(scores.hits);
+        let x = lm.step_rows(column(&batch.inputs, t), &mut state);
+        let group = (ROWS_HELD / x.dims()[1].max(1) / rows.max(1)).max(1);
+        held.push(x);
         progress.advance(rows);
+        if held.len() == group || t + 1 == time {
+            // Rows step-major: step `first + s` of window `r` is row `s · rows + r`.
+            let steps = held.len();
+            let x = Tensor::cat(std::mem::take(&mut held), 0);
+            let targets = batch.targets.clone().slice(s![.., first..first + steps]);
+            let targets = targets.swap_dims(0, 1).reshape([steps * rows]);
+            let scores = lm.scores(x, targets);
+            nll.push(scores.nll.reshape([steps, rows]).swap_dims(0, 1));
+            hits.push(scores.hits.reshape([steps, rows]).swap_dims(0, 1));
+            first += steps;
+        }
     }
-    (Tensor::stack(nll, 1), Tensor::stack(hits, 1))
+    (Tensor::cat(nll, 1), Tensor::cat(hits, 1))
 }

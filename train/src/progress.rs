@@ -54,7 +54,11 @@ impl Progress {
     /// [`Self::advance`] at `now`: what to print, if it is time to.
     fn advance_at(&mut self, n: usize, now: Instant) -> Option<String> {
         self.done = (self.done + n).min(self.total);
-        let every = if self.terminal { DRAW_EVERY } else { LINE_EVERY };
+        let every = if self.terminal {
+            DRAW_EVERY
+        } else {
+            LINE_EVERY
+        };
         // The first line waits as long as the others: a short pass prints nothing.
         if now.duration_since(self.shown.unwrap_or(self.start)) < every {
             return None;
@@ -113,7 +117,10 @@ mod tests {
         );
         assert_eq!(p.advance_at(100, t3), None);
         let line = p.advance_at(700, t4).expect("a line after 5 more seconds");
-        assert!(line.starts_with("Recurrent validation: 1000/1000 tokens (100%)"), "{line}");
+        assert!(
+            line.starts_with("Recurrent validation: 1000/1000 tokens (100%)"),
+            "{line}"
+        );
     }
 
     /// On a terminal, a bar redrawn in place at most five times a second.
@@ -124,6 +131,11 @@ mod tests {
         let (t1, t2) = (at(0.1), at(0.5));
         assert_eq!(p.advance_at(500, t1), None);
         let bar = p.advance_at(0, t2).expect("a bar");
-        assert!(bar.starts_with("\r\x1b[2KRecurrent validation [###############               ] 500/1000"), "{bar}");
+        assert!(
+            bar.starts_with(
+                "\r\x1b[2KRecurrent validation [###############               ] 500/1000"
+            ),
+            "{bar}"
+        );
     }
 }

@@ -92,6 +92,15 @@ pub(crate) trait FusedOps: Backend {
         tokens: Tokens,
     ) -> FloatTensor<Self>;
 
+    /// The recurrent mixer by the serial recurrence, the state updated in place: the packed
+    /// `[state | o]` ([`tokens::serial`]; no gradient flows through it).
+    fn hla_serial(
+        qkv: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        packed: FloatTensor<Self>,
+        tokens: Tokens,
+    ) -> FloatTensor<Self>;
+
     /// The softmax mixer from `qkv [batch, time, 3·d]` and the RoPE table of its positions
     /// ([`tokens::attention`]).
     fn attention_tokens(
@@ -181,6 +190,15 @@ impl<B: Host> FusedOps for B {
         t: Tokens,
     ) -> FloatTensor<B> {
         tokens::recurrent::kernel_forward::<B>([qkv, log_g, state], t).0
+    }
+
+    fn hla_serial(
+        qkv: FloatTensor<B>,
+        log_g: FloatTensor<B>,
+        packed: FloatTensor<B>,
+        t: Tokens,
+    ) -> FloatTensor<B> {
+        tokens::serial::kernel::<B>([qkv, log_g, packed], t)
     }
 
     fn attention_tokens(qkv: FloatTensor<B>, rope: FloatTensor<B>, heads: usize) -> FloatTensor<B> {
@@ -300,6 +318,16 @@ impl<B: Host, C: CheckpointStrategy> FusedOps for Autodiff<B, C> {
             |inputs| kernel_forward::<B>(inputs, t),
             move |saved, grad| kernel_backward::<B>(saved, grad, t),
         )
+    }
+
+    fn hla_serial(
+        qkv: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        packed: FloatTensor<Self>,
+        t: Tokens,
+    ) -> FloatTensor<Self> {
+        let inner = [qkv, log_g, packed].map(|t| t.into_primitive());
+        <FloatTensor<Self>>::new(tokens::serial::kernel::<B>(inner, t))
     }
 
     fn attention_tokens(

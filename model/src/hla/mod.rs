@@ -44,6 +44,7 @@ pub mod third;
 pub use input::{DEFAULT_DECAY_BASE, HlaError, HlaInput, fixed_log_gates, multi_scale_decay};
 pub use normalize::{Output, sign_preserving_clamp};
 pub use state::HlaState;
+pub(crate) use state::{pack_state, state_parts, unpack_state};
 
 use burn::prelude::*;
 

@@ -95,6 +95,53 @@ impl HlaState {
     }
 }
 
+/// One head's state as `[rows, cols]` parts, in the order of
+/// [`HlaState::tensors`]: `S [d, dv]` (first order); `S [d, d]`, `Z [d, dv]`
+/// (second); `S [d, d]`, `P`, `Y [d, dv]` (third); `P`, `E [d, dv]` (AHLA).
+pub(crate) fn state_parts(order: Order, d: usize, dv: usize) -> Vec<[usize; 2]> {
+    match order {
+        Order::First => vec![[d, dv]],
+        Order::Second => vec![[d, d], [d, dv]],
+        Order::Third => vec![[d, d], [d, dv], [d, dv]],
+        Order::Asymmetric => vec![[d, dv], [d, dv]],
+    }
+}
+
+/// Floats of one head's state.
+pub(crate) fn state_len(order: Order, d: usize, dv: usize) -> usize {
+    state_parts(order, d, dv).iter().map(|[r, c]| r * c).sum()
+}
+
+/// The state tensors `[batch, heads, rows, cols]` as one `[batch · heads · len]` tensor,
+/// each head's parts one after the other (the layout of the kernels).
+pub(crate) fn pack_state(parts: Vec<Tensor<4>>) -> Tensor<1> {
+    let [b, h, ..] = parts[0].dims();
+    let rows: Vec<Tensor<2>> = parts
+        .into_iter()
+        .map(|part| part.reshape([(b * h) as i32, -1]))
+        .collect();
+    Tensor::cat(rows, 1).reshape([-1])
+}
+
+/// The inverse of [`pack_state`] for `[batch, heads]` and each head's `parts`.
+pub(crate) fn unpack_state(
+    packed: Tensor<1>,
+    [b, h]: [usize; 2],
+    parts: &[[usize; 2]],
+) -> Vec<Tensor<4>> {
+    let len = parts.iter().map(|[r, c]| r * c).sum();
+    let rows = packed.reshape([b * h, len]);
+    let mut offset = 0;
+    parts
+        .iter()
+        .map(|&[r, c]| {
+            let part = rows.clone().narrow(1, offset, r * c).reshape([b, h, r, c]);
+            offset += r * c;
+            part
+        })
+        .collect()
+}
+
 /// An order's own state type, convertible to and from [`HlaState`] (what the fused forms,
 /// written once for every order, take).
 pub(crate) trait OrderState: Sized {

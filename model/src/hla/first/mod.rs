@@ -4,7 +4,7 @@
 mod chunked;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod fused;
-mod recurrent;
+pub(crate) mod recurrent;
 mod reference;
 
 pub use chunked::{chunked, chunked_composed};

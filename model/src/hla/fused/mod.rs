@@ -17,6 +17,7 @@ mod tests;
 use burn::prelude::*;
 
 use super::state::OrderState;
+pub(crate) use super::state::{pack_state, state_len, state_parts, unpack_state};
 use super::{HlaInput, HlaState, Order, ahla, first, second, third};
 pub(crate) use decay::{
     ChunkDecay, DecayGrads, Decays, Power, apply_mask, hadamard, row_dots, scale, scale_rows,
@@ -69,53 +70,6 @@ pub(crate) fn chunked(
     (o, unpack_state(state, [b, h], &state_parts(order, d, dv)))
 }
 
-/// One head's state as `[rows, cols]` parts, in the order of
-/// [`super::HlaState::tensors`]: `S [d, dv]` (first order); `S [d, d]`, `Z [d, dv]`
-/// (second); `S [d, d]`, `P`, `Y [d, dv]` (third); `P`, `E [d, dv]` (AHLA).
-pub(crate) fn state_parts(order: Order, d: usize, dv: usize) -> Vec<[usize; 2]> {
-    match order {
-        Order::First => vec![[d, dv]],
-        Order::Second => vec![[d, d], [d, dv]],
-        Order::Third => vec![[d, d], [d, dv], [d, dv]],
-        Order::Asymmetric => vec![[d, dv], [d, dv]],
-    }
-}
-
-/// Floats of one head's state.
-pub(crate) fn state_len(order: Order, d: usize, dv: usize) -> usize {
-    state_parts(order, d, dv).iter().map(|[r, c]| r * c).sum()
-}
-
-/// The state tensors `[batch, heads, rows, cols]` as one `[batch · heads · len]` tensor,
-/// each head's parts one after the other (the layout of the kernels).
-pub(crate) fn pack_state(parts: Vec<Tensor<4>>) -> Tensor<1> {
-    let [b, h, ..] = parts[0].dims();
-    let rows: Vec<Tensor<2>> = parts
-        .into_iter()
-        .map(|part| part.reshape([(b * h) as i32, -1]))
-        .collect();
-    Tensor::cat(rows, 1).reshape([-1])
-}
-
-/// The inverse of [`pack_state`] for `[batch, heads]` and each head's `parts`.
-pub(crate) fn unpack_state(
-    packed: Tensor<1>,
-    [b, h]: [usize; 2],
-    parts: &[[usize; 2]],
-) -> Vec<Tensor<4>> {
-    let len = parts.iter().map(|[r, c]| r * c).sum();
-    let rows = packed.reshape([b * h, len]);
-    let mut offset = 0;
-    parts
-        .iter()
-        .map(|&[r, c]| {
-            let part = rows.clone().narrow(1, offset, r * c).reshape([b, h, r, c]);
-            offset += r * c;
-            part
-        })
-        .collect()
-}
-
 /// The highest power of the decay `order`'s chunk step uses.
 fn powers(order: Order) -> usize {
     match order {
@@ -164,6 +118,36 @@ pub(crate) fn backward_head(
         Order::Second => second::fused::backward_head(n, x, starts, g, out),
         Order::Third => third::fused::backward_head(n, x, starts, g, out),
         Order::Asymmetric => ahla::fused::backward_head(n, x, starts, g, out),
+    }
+}
+
+/// One sequence and head of `order` by its serial recurrence, fused (the `fused_head` of
+/// each order's `recurrent`): the final state into `state` (the initial one on entry) and
+/// every token's output into `o` (no gradient).
+pub(crate) fn serial_head(order: Order, n: &Sizes, x: &Head, state: &mut [f32], o: &mut [f32]) {
+    let (d, dv) = (n.d, n.dv);
+    match order {
+        Order::First => first::recurrent::fused_head(x, d, dv, state, o),
+        Order::Second => second::recurrent::fused_head(x, d, dv, state, o),
+        Order::Third => third::recurrent::fused_head(x, d, dv, state, o),
+        Order::Asymmetric => ahla::recurrent::fused_head(x, d, dv, state, o),
+    }
+}
+
+/// `y = M x` for a row-major `M [rows, x.len()]`.
+#[inline(always)]
+pub(crate) fn mat_vec(m: &[f32], x: &[f32], y: &mut [f32]) {
+    for (y, row) in y.iter_mut().zip(m.chunks_exact(x.len())) {
+        *y = crate::fused::simd::dot(row, x);
+    }
+}
+
+/// `y = xᵀ M` for a row-major `M [x.len(), y.len()]`.
+#[inline(always)]
+pub(crate) fn vec_mat(x: &[f32], m: &[f32], y: &mut [f32]) {
+    y.fill(0.0);
+    for (&x, row) in x.iter().zip(m.chunks_exact(y.len())) {
+        y.iter_mut().zip(row).for_each(|(y, &m)| *y += x * m);
     }
 }
 

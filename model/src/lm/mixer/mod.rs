@@ -5,6 +5,8 @@
 //! ([`tokens`]).
 
 mod features;
+mod recur;
+mod softmax;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod tokens;
 
@@ -13,16 +15,13 @@ use burn::nn::{
     Linear, LinearConfig, RmsNorm, RmsNormConfig, RotaryEncoding, RotaryEncodingConfig,
 };
 use burn::prelude::*;
-use burn::tensor::activation::{log_sigmoid, silu};
+use burn::tensor::activation::silu;
 
-use super::attention::causal_attention;
 use super::conv::{ShortConv, ShortConvConfig};
 use super::linear::{linear, project};
 use super::norm::rms_norm;
 use super::{DecayKind, FeatureMap, LmConfig, MixerKind, Positions};
-use crate::hla::{
-    self, Form, HlaInput, HlaState, Order, Output, fixed_log_gates, multi_scale_decay,
-};
+use crate::hla::{Form, HlaState, Output};
 
 /// Data-dependent gates are `log g = log σ(x) / GATE_TEMPERATURE`, which keeps them near 1
 /// at initialisation (as GLA does).
@@ -47,6 +46,9 @@ pub struct MixerState {
 enum Memory {
     /// HLA and linear attention: the constant-size state.
     Recurrent(HlaState),
+    /// HLA and linear attention after the fused serial recurrence: `[state | o]` of its last
+    /// call, the state of `batch` sequences packed per head, updated in place by the next.
+    Packed { packed: Tensor<1>, batch: usize },
     /// Softmax attention: keys (after RoPE) and values so far, `[batch, heads, time, d]`.
     Cache { k: Tensor<4>, v: Tensor<4> },
     /// Softmax attention after the fused mixer: the projected `qkv [batch, time, 3·d]` of
@@ -158,8 +160,16 @@ impl Mixer {
             }
         };
         #[cfg(any(feature = "ndarray", feature = "flex"))]
-        if let Some(tokens) = self.fused(&qkv, widths, form, memory.as_ref()) {
-            let (o, memory) = self.recur_fused(&x, qkv, memory, tokens);
+        if let Some(fused) = self.fused(&qkv, widths, form, memory.as_ref()) {
+            let (o, memory) = self.recur_fused(&x, qkv, memory, fused);
+            let o = match &self.out_norm {
+                Some(norm) => {
+                    let [b, t, d] = o.dims();
+                    let dh = self.settings.d_head;
+                    rms_norm(norm, o.reshape([b, t, d / dh, dh])).reshape([b, t, d])
+                }
+                None => o,
+            };
             return (self.output(&x, o), MixerState { conv, memory });
         }
         #[cfg(any(feature = "ndarray", feature = "flex"))]
@@ -195,175 +205,11 @@ impl Mixer {
         linear(&self.out, o)
     }
 
-    /// The fused mixer's settings, if it computes this call: HLA of any order or linear
-    /// attention in one chunk-parallel pass, keys per head, on a CPU device.
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    fn fused(
-        &self,
-        qkv: &Tensor<3>,
-        widths: [usize; 3],
-        form: Form,
-        memory: Option<&Memory>,
-    ) -> Option<tokens::Tokens> {
-        let s = &self.settings;
-        let order = self.order()?;
-        let Form::Chunked(chunk) = form else {
-            return None;
-        };
-        let plain = widths[0] == widths[1] && matches!(memory, None | Some(Memory::Recurrent(_)));
-        (plain && crate::fused::applies(qkv)).then_some(tokens::Tokens {
-            order,
-            heads: s.heads,
-            map: s.feature_map,
-            chunk,
-            denominator: match s.output {
-                Output::Raw => None,
-                Output::Normalized { eps } => Some(eps as f32),
-            },
-            gates: false,
-        })
-    }
-
-    /// [`Self::recur`] by the fused mixer: `qkv [batch, time, 3·d]` → the heads' outputs
-    /// after the denominator and the output norm, `[batch, time, d]`.
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    fn recur_fused(
-        &self,
-        x: &Tensor<3>,
-        qkv: Tensor<3>,
-        memory: Option<Memory>,
-        mut tokens: tokens::Tokens,
-    ) -> (Tensor<3>, Memory) {
-        let s = &self.settings;
-        let [b, t, _] = qkv.dims();
-        let (h, dh) = (s.heads, s.d_head);
-        let device = qkv.device();
-        let log_g = self
-            .log_gates(x, t, &device)
-            .unwrap_or_else(|| Tensor::zeros([1, 1, t], &device));
-        tokens.gates = log_g.is_tracked();
-        let state = match memory {
-            Some(Memory::Recurrent(state)) => state,
-            Some(Memory::Cache { .. } | Memory::Projected(_)) => {
-                unreachable!("a KV cache passed to a recurrent mixer")
-            }
-            None => {
-                let zeros = |[rows, cols]: [usize; 2]| Tensor::zeros([b, h, rows, cols], &device);
-                let parts = tokens.state_parts(dh).into_iter().map(zeros).collect();
-                HlaState::from_tensors(tokens.order, parts)
-            }
-        };
-        let (o, state) = tokens::recurrent::forward(qkv, log_g, state, tokens);
-        let o = match &self.out_norm {
-            Some(norm) => rms_norm(norm, o.reshape([b, t, h, dh])).reshape([b, t, h * dh]),
-            None => o,
-        };
-        (o, Memory::Recurrent(state))
-    }
-
-    /// The operator of HLA and linear attention (`None` for softmax attention).
-    fn order(&self) -> Option<Order> {
-        match self.settings.kind {
-            MixerKind::Linear => Some(Order::First),
-            MixerKind::Hla2 => Some(Order::Second),
-            MixerKind::Hla3 => Some(Order::Third),
-            MixerKind::Ahla => Some(Order::Asymmetric),
-            MixerKind::Softmax => None,
-        }
-    }
-
-    /// The log gates `[batch or 1, heads, time]` of `time` tokens of the mixer's input `x`
-    /// (`None` without decay): data-dependent, or the fixed multi-scale decay.
-    fn log_gates(&self, x: &Tensor<3>, time: usize, device: &Device) -> Option<Tensor<3>> {
-        let s = &self.settings;
-        match (&self.gate, s.decay) {
-            (Some(gate), _) => {
-                Some(log_sigmoid(linear(gate, x.clone())).swap_dims(1, 2) / GATE_TEMPERATURE)
-            }
-            (None, DecayKind::Fixed) => Some(
-                fixed_log_gates(&multi_scale_decay(s.heads, s.decay_base), time, device)
-                    .expect("γ in (0, 1)"),
-            ),
-            (None, _) => None,
-        }
-    }
-
     /// `[batch, time, heads·d_head]` → `[batch, heads, time, d_head]`.
     fn heads(&self, x: Tensor<3>) -> Tensor<4> {
         let [b, t, width] = x.dims();
         let dh = self.settings.d_head;
         x.reshape([b, t, width / dh, dh]).swap_dims(1, 2)
-    }
-
-    /// HLA or linear attention over the feature-mapped q, k.
-    fn recur(
-        &self,
-        x: &Tensor<3>,
-        q: Tensor<4>,
-        k: Tensor<4>,
-        v: Tensor<4>,
-        memory: Option<Memory>,
-        form: Form,
-    ) -> (Tensor<4>, Memory) {
-        let s = &self.settings;
-        let order = self.order().expect("softmax attention has no recurrence");
-        let (q, k) = s.feature_map.apply(q, k);
-        let log_g = self.log_gates(x, q.dims()[2], &q.device());
-        let input = HlaInput::new(q, k, v, log_g).expect("the mixer builds consistent shapes");
-        let state = memory.map(|m| match m {
-            Memory::Recurrent(state) => state,
-            Memory::Cache { .. } | Memory::Projected(_) => {
-                unreachable!("a KV cache passed to a recurrent mixer")
-            }
-        });
-        let (o, state) = hla::forward(order, form, input, state, s.output);
-        (o, Memory::Recurrent(state))
-    }
-
-    /// Causal softmax attention with RoPE over the cached and new tokens.
-    fn attend(
-        &self,
-        q: Tensor<4>,
-        k: Tensor<4>,
-        v: Tensor<4>,
-        memory: Option<Memory>,
-    ) -> (Tensor<4>, Memory) {
-        let rope = |x: Tensor<4>, start| match &self.rope {
-            Some(rope) => rope.apply(x, start),
-            None => x,
-        };
-        let (past_k, past_v) = match memory {
-            None => (None, None),
-            Some(Memory::Cache { k, v }) => (Some(k), Some(v)),
-            Some(Memory::Projected(qkv)) => {
-                let widths = [0, 1, 2].map(|_| qkv.dims()[2] / 3);
-                let (_, k, v) = split3(qkv, widths);
-                (Some(rope(self.heads(k), 0)), Some(self.heads(v)))
-            }
-            Some(Memory::Recurrent(_)) => unreachable!("a recurrent state passed to softmax"),
-        };
-        let start = past_k.as_ref().map_or(0, |k| k.dims()[2]);
-        let (q, k) = (rope(q, start), rope(k, start));
-        let k = past_k.map_or(k.clone(), |past| Tensor::cat(vec![past, k], 2));
-        let v = past_v.map_or(v.clone(), |past| Tensor::cat(vec![past, v], 2));
-        let o = causal_attention(q, k.clone(), v.clone(), start);
-        (o, Memory::Cache { k, v })
-    }
-
-    /// RoPE's `(cos, sin)` table for positions `0..time`, `[time, d_head, 2]`; without RoPE
-    /// (learned positions) the identity rotation, so the fused kernel serves both.
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    fn rope_table(&self, time: usize, device: &Device) -> Tensor<3> {
-        match &self.rope {
-            Some(rope) => rope.freq_complex.clone().narrow(0, 0, time),
-            None => {
-                let part = [time, self.settings.d_head, 1];
-                Tensor::cat(
-                    vec![Tensor::ones(part, device), Tensor::zeros(part, device)],
-                    2,
-                )
-            }
-        }
     }
 
     /// Floats per sequence this layer carries after `context` tokens (the KV cache of
@@ -377,10 +223,8 @@ impl Mixer {
             _ => {
                 let x = Tensor::zeros([1, 1, width], device);
                 let (_, state) = self.forward(x, None, Form::Recurrent);
-                match state.memory {
-                    Memory::Recurrent(state) => state.num_floats(),
-                    Memory::Cache { .. } | Memory::Projected(_) => unreachable!(),
-                }
+                let state = self.recurrent_state(Some(state.memory));
+                state.expect("a recurrent mixer's state").num_floats()
             }
         };
         memory + conv

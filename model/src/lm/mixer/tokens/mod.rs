@@ -1,12 +1,13 @@
 //! The fused mixers on CPU devices: from the projected (and convolved) `qkv`
 //! `[batch, time, 3·d]` (q, k, v, each head after head) straight to the heads' outputs
 //! `o [batch, time, d]`, so that no transposed copy of q, k, v or o is made between the
-//! projections and the mixing: HLA and linear attention ([`recurrent`]), softmax attention
-//! with RoPE ([`attention`]).
+//! projections and the mixing: HLA and linear attention in chunks ([`recurrent`]) and by
+//! the serial recurrence in place ([`serial`]), softmax attention with RoPE ([`attention`]).
 
 pub(crate) mod attention;
 pub(crate) mod recurrent;
 mod rows;
+pub(crate) mod serial;
 
 use rayon::prelude::*;
 

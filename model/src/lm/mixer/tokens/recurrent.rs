@@ -44,7 +44,7 @@ impl Tokens {
     }
 
     /// Floats of one head's state.
-    fn state_len(&self, dh: usize) -> usize {
+    pub(crate) fn state_len(&self, dh: usize) -> usize {
         fused::state_len(self.order, dh, self.dv(dh))
     }
 }
@@ -76,7 +76,7 @@ pub(crate) fn forward(
 }
 
 /// One head's q, k (mapped) and v, each `[time, dh]`; with the raw q and k when `raw`.
-struct Gathered {
+pub(super) struct Gathered {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -85,7 +85,7 @@ struct Gathered {
 
 impl Gathered {
     /// The chunk kernels' view of this head, with its log gates.
-    fn head<'a>(&'a self, log_g: &'a [f32]) -> Head<'a> {
+    pub(super) fn head<'a>(&'a self, log_g: &'a [f32]) -> Head<'a> {
         Head {
             q: &self.q,
             k: &self.k,
@@ -95,7 +95,9 @@ impl Gathered {
     }
 }
 
-fn gather(
+/// Head `at = (sequence, head)` of `qkv`, its q and k through the feature map and its v
+/// with the ones column of the denominator.
+pub(super) fn gather(
     qkv: &[f32],
     at: (usize, usize),
     sizes: (usize, usize, usize),
@@ -127,7 +129,7 @@ fn gather(
 }
 
 /// The sizes of a call on `qkv [batch, time, 3·d]`.
-fn sizes(qkv: &Shape, gates: &Shape, tokens: &Tokens) -> (Sizes, usize) {
+pub(super) fn sizes(qkv: &Shape, gates: &Shape, tokens: &Tokens) -> (Sizes, usize) {
     let d = qkv[2] / 3;
     let dh = d / tokens.heads;
     let q = [qkv[0], tokens.heads, qkv[1], dh];
