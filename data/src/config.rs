@@ -62,6 +62,7 @@ impl DataConfig {
             (Some(corpus), None) => Ok(Task::Text { corpus }),
             (None, Some(mqar)) => {
                 mqar.validate()?;
+                mqar.validate_splits()?;
                 Ok(Task::Mqar(mqar))
             }
             (corpus, _) => Err(DataError::Invalid {

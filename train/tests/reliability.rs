@@ -1,5 +1,6 @@
 //! `hla` under bad input and faults: preparations of the data cache at once (two real
-//! processes), failed and stale ones; I/O errors printed once.
+//! processes), failed and stale ones; size keys; usage mistakes and their exit status; I/O
+//! errors printed once.
 
 mod common;
 
@@ -145,6 +146,209 @@ fn reuse_says_what_was_compared() {
         changed.starts_with("prepared") && changed.contains(&format!("(sha256 {sha})")),
         "{changed}"
     );
+}
+
+/// Every size key is checked before anything runs: one message naming the key, exit
+/// status 2, no panic, no run directory left.
+#[test]
+fn size_keys_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let text = tiny_config(d, "hla2");
+    let mqar = d.join("mqar.toml");
+    let setting = |train: i64, pairs: i64| {
+        format!(
+            "data.mqar.settings=[{{ seq_len = 16, num_kv_pairs = {pairs}, train_examples = \
+             {train}, test_examples = 8 }}]"
+        )
+    };
+    std::fs::write(
+        &mqar,
+        format!(
+            "[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\n\n[data.mqar]\nvocab_size = 32\n\
+             {}\n\n[train]\nbatch_size = 8\nsteps = 2\neval_interval = 2\n",
+            setting(64, 2).trim_start_matches("data.mqar.")
+        ),
+    )
+    .unwrap();
+    let whole = "expected a whole number ≥ 0";
+    let cases: Vec<(&Path, String, String)> = [
+        ("model.d_model=0", "model.d_model must be at least 1, got 0"),
+        (
+            "model.d_model=-1",
+            &format!("model.d_model: invalid value: integer `-1`, {whole}"),
+        ),
+        ("model.n_layers=0", "model.n_layers must be at least 1"),
+        (
+            "model.n_heads=0",
+            "model.n_heads must be a divisor of d_model",
+        ),
+        ("model.chunk_size=0", "model.chunk_size must be at least 1"),
+        (
+            "model.max_seq_len=0",
+            "model.max_seq_len must be at least 1",
+        ),
+        (
+            "model.short_conv=1",
+            "model.short_conv must be 0 (off) or a kernel of at least 2",
+        ),
+        (
+            "model.d_ff=-3",
+            &format!("model.d_ff: invalid value: integer `-3`, {whole}"),
+        ),
+        (
+            "model.segment_size=2.5",
+            &format!("model.segment_size: invalid type: floating point `2.5`, {whole}"),
+        ),
+        (
+            "train.steps=1e20",
+            &format!(
+                "train.steps: invalid type: floating point `100000000000000000000.0`, {whole}"
+            ),
+        ),
+        ("train.steps=0", "train.steps must be at least 1"),
+        ("train.context=0", "train.context must be at least 1"),
+        ("train.batch_size=0", "train.batch_size must be at least 1"),
+        (
+            "train.grad_accumulation=0",
+            "train.grad_accumulation must be at least 1",
+        ),
+        (
+            "train.eval_interval=0",
+            "train.eval_interval must be at least 1",
+        ),
+        (
+            "train.eval_batches=0",
+            "train.eval_batches must be at least 1",
+        ),
+        (
+            "train.keep_checkpoints=0",
+            "train.keep_checkpoints must be at least 1",
+        ),
+        (
+            "train.seed=-1",
+            &format!("train.seed: invalid value: integer `-1`, {whole}"),
+        ),
+    ]
+    .iter()
+    .map(|(set, message)| (text.as_path(), set.to_string(), message.to_string()))
+    .chain(
+        [
+            (
+                "data.mqar.vocab_size=-1".into(),
+                format!("data.mqar.vocab_size: invalid value: integer `-1`, {whole}"),
+            ),
+            (
+                setting(0, 2),
+                "mqar.train_examples must be at least 1 in some setting".into(),
+            ),
+            (
+                setting(64, -2),
+                format!("data.mqar.settings[0].num_kv_pairs: invalid value: integer `-2`, {whole}"),
+            ),
+        ]
+        .into_iter()
+        .map(|(set, message)| (mqar.as_path(), set, message)),
+    )
+    .collect();
+    let fresh = d.join("fresh");
+    for (config, set, message) in cases {
+        let config = config.to_str().unwrap();
+        for command in ["info", "train"] {
+            let mut args = vec![command, "--config", config, "--set", &set];
+            if command == "train" {
+                args.extend(["--out", fresh.to_str().unwrap()]);
+            }
+            one_error(&hla(d, &args), 2, &[&message]);
+        }
+        assert!(!fresh.exists(), "{set}: no run directory");
+    }
+}
+
+/// A run that fails after claiming its directory but before writing to it (an empty
+/// corpus) leaves no directory behind.
+#[test]
+fn a_run_that_fails_before_training_leaves_no_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = tiny_config(d, "hla2");
+    std::fs::write(d.join("empty.txt"), "").unwrap();
+    let corpus = format!("data.corpus=\"{}\"", d.join("empty.txt").display());
+    let fresh = d.join("fresh");
+    let args = [
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        fresh.to_str().unwrap(),
+        "--set",
+        &corpus,
+    ];
+    one_error(&hla(d, &args), 1, &["is empty"]);
+    assert!(!fresh.exists());
+}
+
+/// Usage mistakes exit with status 2 and one message naming the flag or what to pass:
+/// `generate`'s values (`--temperature -1` read as a value, not a flag), training into a
+/// finished run, exporting over an export.
+#[test]
+fn usage_mistakes_exit_with_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = tiny_config(d, "linear");
+    let run = d.join("run");
+    let (config, run) = (config.to_str().unwrap(), run.to_str().unwrap());
+    ok(d, &["train", "--config", config, "--out", run]);
+    let export = d.join("export");
+    let export = export.to_str().unwrap();
+    ok(d, &["export", "--run", run, "--out", export]);
+    let generate = |extra: &[&'static str]| {
+        let mut args = vec![
+            "generate",
+            "--run",
+            run,
+            "--prompt",
+            "the",
+            "--max-tokens",
+            "3",
+        ];
+        args.extend(extra);
+        args
+    };
+    let flag = |name: &str, value: &str| format!("invalid value '{value}' for '--{name} <");
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (generate(&["--top-k", "0"]), flag("top-k", "0")),
+        (
+            generate(&["--temperature", "nan"]),
+            flag("temperature", "nan"),
+        ),
+        (
+            generate(&["--temperature", "-1"]),
+            flag("temperature", "-1"),
+        ),
+        (
+            generate(&["--temperature", "inf"]),
+            flag("temperature", "inf"),
+        ),
+        (
+            vec!["generate", "--run", run, "--prompt", ""],
+            "a value is required for '--prompt <PROMPT>'".into(),
+        ),
+        (
+            vec!["train", "--config", config, "--out", run],
+            "already holds a run; pass --resume to continue it or --force".into(),
+        ),
+        (vec!["train", "--resume"], "--resume needs --out".into()),
+        (
+            vec!["export", "--run", run, "--out", export],
+            "already holds an export".into(),
+        ),
+    ];
+    for (args, message) in cases {
+        one_error(&hla(d, &args), 2, &[&message]);
+    }
+    let zero = ok(d, &generate(&["--temperature", "0", "--top-k", "2"]));
+    assert!(zero.starts_with("the"), "{zero}");
 }
 
 /// An I/O error prints its cause once (it used to repeat it: "Not a directory (os error

@@ -19,7 +19,7 @@ use burn::train::{
 use hla_model::lm::Lm;
 
 use crate::checkpoint::{AtomicCheckpointer, TrainingClock};
-use crate::config::RunConfig;
+use crate::config::{RunConfig, usage};
 use crate::data::Data;
 use crate::metrics::{AccuracyMetric, PerplexityMetric};
 use crate::renderer::QuietRenderer;
@@ -65,7 +65,7 @@ pub fn run(args: &Args) -> Result<()> {
     let out = match (&args.out, &args.config) {
         (Some(out), _) => out.clone(),
         (None, Some(config)) => PathBuf::from("runs").join(config.file_stem().unwrap_or_default()),
-        (None, None) => bail!("--resume needs --out (the run directory)"),
+        (None, None) => return Err(usage("--resume needs --out (the run directory)")),
     };
     let config = if args.resume {
         // The run's own config, with any overrides (e.g. more steps).
@@ -195,10 +195,10 @@ fn claim(run: &RunDir, job: &Job) -> Result<()> {
         return Ok(());
     }
     if run.config().exists() && !job.force {
-        bail!(
+        return Err(usage(format!(
             "{} already holds a run; pass --resume to continue it or --force to start over",
             job.out.display()
-        );
+        )));
     }
     if job.force {
         run.clear()?;
@@ -283,7 +283,7 @@ fn configure(
         .metric_train_numeric(IterationSpeedMetric::new())
         .with_checkpointing_strategy(
             ComposedCheckpointingStrategy::builder()
-                .add(KeepLastNCheckpoints::new(t.keep_checkpoints.max(1)))
+                .add(KeepLastNCheckpoints::new(t.keep_checkpoints))
                 .add(lowest_valid_loss())
                 .build(),
         )
