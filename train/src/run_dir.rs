@@ -210,5 +210,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         file.sync_all()?;
         std::fs::rename(&tmp, path)
     };
-    write().with_context(|| format!("cannot write {}", path.display()))
+    write().with_context(|| {
+        // What was written of it (a full disk) only takes room.
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}", path.display())
+    })
 }

@@ -1,6 +1,6 @@
 //! `hla` under bad input and faults: preparations of the data cache at once (two real
 //! processes), failed and stale ones; size keys; usage mistakes and their exit status; I/O
-//! errors printed once.
+//! errors printed once. A full disk: `full_disk.rs`.
 
 mod common;
 
