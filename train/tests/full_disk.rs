@@ -101,27 +101,21 @@ impl Tmpfs {
         file.set_len(len.saturating_sub(room)).unwrap();
         path
     }
+
+    /// The bytes still free, as a file that fills them measures them (whatever the page
+    /// size).
+    fn free(&self) -> u64 {
+        let filler = self.fill_but(0);
+        let free = filler.metadata().unwrap().len();
+        std::fs::remove_file(filler).unwrap();
+        free
+    }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
     }
-}
-
-/// The bytes a tmpfs holds for the files under `dir` (whole pages).
-fn used(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let path = e.unwrap().path();
-            if path.is_dir() {
-                used(&path)
-            } else {
-                path.metadata().unwrap().len().div_ceil(4096) * 4096
-            }
-        })
-        .sum()
 }
 
 /// A really full disk (a tmpfs): a preparation fails with one message and leaves the
@@ -166,8 +160,9 @@ fn a_full_disk_is_one_message_and_keeps_what_was_done() {
         "--set",
         "train.steps=2",
     ];
+    let free = disk.free();
     ok(d, &one);
-    let room = used(&disk.0.join("one")) + 16 * 1024;
+    let room = free - disk.free() + 16 * 1024;
     std::fs::remove_dir_all(disk.0.join("one")).unwrap();
     let filler = disk.fill_but(room);
     let two = run("two");
