@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
+use crate::cache;
 use crate::corpus::{self, sources::Sources};
 use crate::mqar::MqarConfig;
 use crate::prepare::{Settings, prepare};
-use crate::prepared::{self, Prepared};
+use crate::prepared::Prepared;
 use crate::tokenizer::TokenizerKind;
 
 /// Either a text corpus (`corpus`, `tokenizer`, `train_fraction`) or the MQAR task
@@ -61,6 +62,7 @@ impl DataConfig {
             (Some(corpus), None) => Ok(Task::Text { corpus }),
             (None, Some(mqar)) => {
                 mqar.validate()?;
+                mqar.validate_splits()?;
                 Ok(Task::Mqar(mqar))
             }
             (corpus, _) => Err(DataError::Invalid {
@@ -76,8 +78,8 @@ impl DataConfig {
     }
 
     /// Resolves the corpus (named corpora from `data_dir`) and prepares it under
-    /// `cache_dir` (re-using an earlier preparation of the same bytes). Returns the
-    /// prepared corpus and whether it was re-used.
+    /// `cache_dir` (re-using an earlier preparation of the same files and settings).
+    /// Returns the prepared corpus and whether it was re-used.
     pub fn prepare_text(
         &self,
         corpus: &str,
@@ -86,12 +88,12 @@ impl DataConfig {
     ) -> Result<(Prepared, bool), DataError> {
         let source: PathBuf = corpus::resolve(corpus, data_dir)?;
         let sources = Sources::find(&source)?;
-        let dir = prepared::prepared_dir(cache_dir, &source, &self.tokenizer);
         let settings = Settings {
             tokenizer: self.tokenizer.clone(),
             text_field: self.text_field.clone(),
             train_fraction: self.train_fraction,
         };
+        let dir = cache::folder(cache_dir, &source, &settings);
         prepare(&sources, &settings, &dir)
     }
 }

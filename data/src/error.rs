@@ -3,10 +3,12 @@ use std::path::PathBuf;
 /// Everything that can go wrong with data; each says what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("{path}: {source}")]
+    /// The cause is part of the message rather than its `source()`, which a printed chain
+    /// (anyhow's `{:#}`) would show a second time.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{0}: no such file or directory")]
     MissingPath(PathBuf),
@@ -64,6 +66,6 @@ pub enum DataError {
 impl DataError {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| Self::Io { path, source }
+        move |error| Self::Io { path, error }
     }
 }

@@ -2,6 +2,7 @@
 //! memory map, the MQAR recall task, and the Burn datasets and batcher that feed training.
 
 pub mod batch;
+pub mod cache;
 pub mod config;
 pub mod corpus;
 mod error;

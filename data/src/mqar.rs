@@ -82,6 +82,30 @@ impl MqarConfig {
         Ok(())
     }
 
+    /// Checks that each split has examples, as a run needs; a setting may serve one split
+    /// only (Zoology tests on lengths it does not train on).
+    pub fn validate_splits(&self) -> Result<(), DataError> {
+        let total = |count: fn(&MqarSetting) -> usize| {
+            self.settings
+                .iter()
+                .map(count)
+                .fold(0, usize::saturating_add)
+        };
+        for (key, total) in [
+            ("mqar.train_examples", total(|s| s.train_examples)),
+            ("mqar.test_examples", total(|s| s.test_examples)),
+        ] {
+            if total == 0 {
+                return Err(DataError::Invalid {
+                    key,
+                    requirement: "at least 1 in some setting".into(),
+                    value: "0 in every one".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The training set (all settings, in order).
     pub fn train(&self) -> Result<Vec<LmItem>, DataError> {
         self.generate(|s| s.train_examples, self.seed)

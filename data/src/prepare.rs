@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::DataError;
+use crate::cache::{self, Part};
 use crate::corpus::documents::{self, Piece};
 use crate::corpus::sources::Sources;
 use crate::corpus::{self};
@@ -30,15 +31,18 @@ pub struct Settings {
     pub train_fraction: f64,
 }
 
-/// Tokenizes `sources` into `dir`, or re-uses what is there when it was prepared from the
-/// same files (path, size, modification time) with the same settings. Returns the prepared
-/// corpus and whether it was re-used.
+/// Tokenizes `sources` into the cache folder `dir` ([`crate::cache::folder`]), or re-uses
+/// what is there when it was prepared from files of the same paths, sizes and modification
+/// times with the same settings (their contents are not read again). Returns the prepared
+/// corpus and whether it was re-used. Safe to run from several processes at once: see
+/// [`crate::cache`].
 pub fn prepare(
     sources: &Sources,
     settings: &Settings,
     dir: &Path,
 ) -> Result<(Prepared, bool), DataError> {
     let fingerprint = sources.fingerprint()?;
+    let _lock = cache::lock(dir)?;
     if let Ok(existing) = prepared::open(dir)
         && existing.meta.fingerprint == fingerprint
         && existing.meta.tokenizer == settings.tokenizer
@@ -47,6 +51,19 @@ pub fn prepare(
     {
         return Ok((existing, true));
     }
+    let part = Part::create(dir)?;
+    write_preparation(sources, settings, fingerprint, part.path())?;
+    part.publish()?;
+    Ok((prepared::open(dir)?, false))
+}
+
+/// Tokenizes `sources` into the files of a prepared corpus in the empty folder `dir`.
+fn write_preparation(
+    sources: &Sources,
+    settings: &Settings,
+    fingerprint: String,
+    dir: &Path,
+) -> Result<(), DataError> {
     let several = sources.several_documents();
     let chars = match settings.tokenizer {
         TokenizerKind::Char => characters(sources, settings)?,
@@ -63,12 +80,7 @@ pub fn prepare(
             value: settings.tokenizer.to_string(),
         });
     }
-    std::fs::create_dir_all(dir).map_err(DataError::io(dir))?;
-    let tokens_file = dir.join(TOKENS_FILE);
-    let written = write_tokens(sources, settings, &tokenizer, &tokens_file).inspect_err(|_| {
-        // Nothing half-written stays behind a failed preparation.
-        let _ = std::fs::remove_file(tokens_file.with_extension("tmp"));
-    })?;
+    let written = write_tokens(sources, settings, &tokenizer, &dir.join(TOKENS_FILE))?;
     if written.tokens == 0 {
         return Err(DataError::EmptyCorpus(sources.spec.display().to_string()));
     }
@@ -90,10 +102,9 @@ pub fn prepare(
         valid_tokens: written.tokens - train_tokens,
     };
     tokenizer.save(&dir.join(TOKENIZER_FILE))?;
-    // The metadata goes last: its presence marks a complete preparation.
     let json = serde_json::to_string_pretty(&meta).expect("serialisable");
-    prepared::write_atomic(&dir.join(META_FILE), json.as_bytes())?;
-    Ok((prepared::open(dir)?, false))
+    let meta_path = dir.join(META_FILE);
+    std::fs::write(&meta_path, json).map_err(DataError::io(&meta_path))
 }
 
 /// 2 (u16) when every id fits, else 4.
@@ -189,15 +200,14 @@ struct Written {
     sha256: String,
 }
 
-/// Tokenizes the corpus into `path` (through a temporary file and a rename).
+/// Tokenizes the corpus into `path`.
 fn write_tokens(
     sources: &Sources,
     settings: &Settings,
     tokenizer: &Tokenizer,
     path: &Path,
 ) -> Result<Written, DataError> {
-    let tmp = path.with_extension("tmp");
-    let file = std::fs::File::create(&tmp).map_err(DataError::io(&tmp))?;
+    let file = std::fs::File::create(path).map_err(DataError::io(path))?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let width = token_bytes(tokenizer);
     let eot = tokenizer.end_of_text();
@@ -217,7 +227,7 @@ fn write_tokens(
             for id in separator.into_iter().chain(ids) {
                 let bytes = id.to_le_bytes();
                 out.write_all(&bytes[..width])
-                    .map_err(DataError::io(&tmp))?;
+                    .map_err(DataError::io(path))?;
                 tokens += 1;
             }
             if starts_document {
@@ -227,11 +237,7 @@ fn write_tokens(
         }
         Ok(())
     })?;
-    let file = out
-        .into_inner()
-        .map_err(|e| DataError::io(&tmp)(e.into_error()))?;
-    file.sync_all().map_err(DataError::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(DataError::io(path))?;
+    out.flush().map_err(DataError::io(path))?;
     Ok(Written {
         tokens,
         documents,

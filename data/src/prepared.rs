@@ -60,40 +60,6 @@ impl Prepared {
     }
 }
 
-/// The folder of `source` prepared with `kind` under `cache_dir`: the source's name and the
-/// tokenizer's (a Hugging Face one by a hash of its path), in letters, digits and `._-`.
-pub fn prepared_dir(cache_dir: &Path, source: &Path, kind: &TokenizerKind) -> PathBuf {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
-    let stem = source
-        .file_stem()
-        .map_or("corpus".into(), |s| clean(&s.to_string_lossy()));
-    let kind = match kind {
-        TokenizerKind::Hf(path) => {
-            let hash = crate::corpus::sha256(path.to_string_lossy().as_bytes());
-            format!("hf{}", &hash[..12])
-        }
-        other => other.to_string(),
-    };
-    cache_dir.join("prepared").join(format!("{stem}-{kind}"))
-}
-
-/// Writes through a temporary file and a rename, so a reader never sees half a file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(DataError::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(DataError::io(path))
-}
-
 /// Opens a prepared corpus.
 pub fn open(dir: &Path) -> Result<Prepared, DataError> {
     let meta_path = dir.join(META_FILE);
@@ -127,8 +93,8 @@ pub struct TokenFile {
 impl TokenFile {
     pub fn open(path: &Path, token_bytes: usize) -> Result<Self, DataError> {
         let file = std::fs::File::open(path).map_err(DataError::io(path))?;
-        // SAFETY: the file is only read, and this project writes token files by rename,
-        // never in place.
+        // SAFETY: the file is only read, and this project never writes a token file in
+        // place: preparations are written into a temporary folder published by rename.
         let map = unsafe { Mmap::map(&file) }.map_err(DataError::io(path))?;
         if !matches!(token_bytes, 2 | 4) || map.len() % token_bytes != 0 {
             return Err(DataError::Corrupt {

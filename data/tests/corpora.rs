@@ -5,8 +5,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use hla_data::DataError;
+use hla_data::corpus::documents::{self, PIECE_BYTES, Piece};
 use hla_data::corpus::sources::Sources;
 use hla_data::prepare::{Settings, prepare};
 use hla_data::prepared::Prepared;
@@ -135,7 +137,7 @@ fn a_single_text_file_has_no_end_of_text_token() {
 fn long_text_files_stream_in_pieces() {
     let dir = tempfile::tempdir().unwrap();
     let line = "First Citizen: we are accounted poor citizens, the patricians good.\n";
-    let body = line.repeat(3 * (hla_data::corpus::documents::PIECE_BYTES / line.len()));
+    let body = line.repeat(3 * (PIECE_BYTES / line.len()));
     let source = write(dir.path(), "long.txt.zst", &zstd(body.as_bytes()));
     let p = prep(&source, TokenizerKind::Gpt2, "text").unwrap();
     let whole = Tokenizer::build(&TokenizerKind::Gpt2, "").unwrap();
@@ -144,6 +146,77 @@ fn long_text_files_stream_in_pieces() {
         whole.encode(&body).unwrap()
     );
     assert_eq!((p.meta.documents, p.meta.end_of_text), (1, None));
+}
+
+/// The pieces of the one file of `source`, as preparation reads them.
+fn pieces(source: &Path) -> Vec<Piece> {
+    let file = Sources::find(source).unwrap().files.remove(0);
+    let mut pieces = Vec::new();
+    documents::read(&file, "text", &AtomicU64::new(0), &mut |piece| {
+        pieces.push(piece);
+        Ok(())
+    })
+    .unwrap();
+    pieces
+}
+
+/// A file of one long line (or of lines that all start with a space, where no line break
+/// is a cut) is read in pieces of one to two `PIECE_BYTES`, so memory stays bounded by them
+/// rather than by the line; they are cut before a space between words, else between
+/// characters, and give the tokens of the whole.
+#[test]
+fn long_lines_are_read_in_bounded_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, n) = (dir.path(), 3 * PIECE_BYTES);
+    let words = "the cät sät — ünïcode ok ".repeat(n / 28);
+    let no_spaces = "日本語のテキスト".repeat(n / 24);
+    let indented = "\n    an indented line".repeat(n / 22);
+    for (name, body) in [
+        ("words.txt", &words),
+        ("no-spaces.txt", &no_spaces),
+        ("indented.txt", &indented),
+    ] {
+        let source = write(d, name, body.as_bytes());
+        let pieces = pieces(&source);
+        let (last, rest) = pieces.split_last().unwrap();
+        assert!(last.last && rest.iter().all(|p| !p.last), "{name}");
+        for p in rest {
+            assert!(
+                (PIECE_BYTES - 3..=2 * PIECE_BYTES).contains(&p.bytes.len()),
+                "{name}"
+            );
+        }
+        assert!(last.bytes.len() <= 2 * PIECE_BYTES, "{name}");
+        let mut offset = 0;
+        for p in &pieces {
+            assert_eq!(p.offset, offset, "{name}");
+            offset += p.bytes.len();
+            assert!(
+                std::str::from_utf8(&p.bytes).is_ok(),
+                "{name}: cut inside a character"
+            );
+        }
+        let joined: Vec<u8> = pieces.iter().flat_map(|p| p.bytes.clone()).collect();
+        assert_eq!(joined, body.as_bytes(), "{name}");
+        assert_eq!(
+            text(&prep(&source, TokenizerKind::Char, "text").unwrap()),
+            *body
+        );
+    }
+    let source = d.join("words.txt");
+    for pair in pieces(&source).windows(2) {
+        let (end, start) = (pair[0].bytes.last().unwrap(), &pair[1].bytes[..2]);
+        assert!(
+            !end.is_ascii_whitespace() && start[0] == b' ' && !start[1].is_ascii_whitespace(),
+            "cut before a space between words"
+        );
+    }
+    let gpt2 = prep(&source, TokenizerKind::Gpt2, "text").unwrap();
+    let whole = Tokenizer::build(&TokenizerKind::Gpt2, "").unwrap();
+    assert_eq!(
+        gpt2.tokens.read(0..gpt2.tokens.len()),
+        whole.encode(&words).unwrap()
+    );
 }
 
 /// A word-level Hugging Face tokenizer with an end-of-text token, as JSON.

@@ -9,7 +9,7 @@ use hla_data::DataError;
 use hla_data::corpus::sources::Sources;
 use hla_data::corpus::{self, NamedCorpus};
 use hla_data::prepare::{Settings, prepare};
-use hla_data::prepared::{self, Prepared, TokenFile};
+use hla_data::prepared::{Prepared, TokenFile};
 use hla_data::tokenizer::{Tokenizer, TokenizerKind};
 use hla_data::windows::{FullPass, RandomWindows};
 
@@ -145,7 +145,7 @@ fn bad_corpora_are_clear_errors() {
 fn prepared_tokens_are_the_encoded_corpus_and_are_reused() {
     let dir = tempfile::tempdir().unwrap();
     let source = write(dir.path(), "corpus.txt", TEXT.repeat(5).as_bytes());
-    let out = prepared::prepared_dir(dir.path(), &source, &TokenizerKind::Char);
+    let out = dir.path().join("prepared");
     let (p, reused) = prep(&source, TokenizerKind::Char, 0.9, &out).unwrap();
     assert!(!reused);
     let expected = p.tokenizer.encode(&TEXT.repeat(5)).unwrap();

@@ -6,9 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use anyhow::{Context, Result};
 use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError};
 
 use crate::run_dir::write_atomic;
+use crate::train::Failure;
 
 /// A run's training time across its segments: the seconds recorded with the checkpoint it
 /// resumed from, and this process's own since it started training.
@@ -55,6 +57,8 @@ pub struct AtomicCheckpointer {
     name: &'static str,
     /// Recorded beside each checkpoint, if given.
     clock: Option<TrainingClock>,
+    /// Where a failed save is reported, if given.
+    failure: Option<Failure>,
 }
 
 impl AtomicCheckpointer {
@@ -63,6 +67,7 @@ impl AtomicCheckpointer {
             dir,
             name,
             clock: None,
+            failure: None,
         }
     }
 
@@ -74,14 +79,22 @@ impl AtomicCheckpointer {
         }
     }
 
+    /// Also reports a failed save (a full disk) to `failure`, in words the run's error can
+    /// print; burn-train stops training on it either way.
+    pub fn with_failure(self, failure: Failure) -> Self {
+        Self {
+            failure: Some(failure),
+            ..self
+        }
+    }
+
     fn path(&self, epoch: usize) -> PathBuf {
         self.dir.join(format!("{}-{epoch}.bpk", self.name))
     }
-}
 
-impl<R: Checkpoint> Checkpointer<R> for AtomicCheckpointer {
-    fn save(&self, epoch: usize, record: R) -> Result<(), CheckpointerError> {
-        std::fs::create_dir_all(&self.dir).map_err(CheckpointerError::IOError)?;
+    fn write<R: Checkpoint>(&self, epoch: usize, record: R) -> Result<()> {
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
         let (tmp, path) = (self.path(epoch).with_extension("tmp"), self.path(epoch));
         // The time first: a checkpoint is complete once its record is, and then its
         // time is there too (a time without its checkpoint is never read).
@@ -89,14 +102,34 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicCheckpointer {
             write_atomic(
                 &seconds_path(&self.dir, epoch),
                 seconds.to_string().as_bytes(),
-            )
-            .map_err(|e| CheckpointerError::Unknown(format!("{e:#}")))?;
+            )?;
         }
-        record.save(tmp.clone())?;
-        std::fs::File::open(&tmp)
-            .and_then(|file| file.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(CheckpointerError::IOError)
+        let written = record
+            .save(tmp.clone())
+            .map_err(anyhow::Error::from)
+            .and_then(|()| {
+                std::fs::File::open(&tmp)
+                    .and_then(|file| file.sync_all())
+                    .and_then(|()| std::fs::rename(&tmp, &path))
+                    .map_err(anyhow::Error::from)
+            });
+        written.map_err(|e| {
+            // Whatever was written of it only takes room.
+            let _ = std::fs::remove_file(&tmp);
+            anyhow::anyhow!("cannot write {}: {e}", path.display())
+        })
+    }
+}
+
+impl<R: Checkpoint> Checkpointer<R> for AtomicCheckpointer {
+    fn save(&self, epoch: usize, record: R) -> Result<(), CheckpointerError> {
+        self.write(epoch, record).map_err(|e| {
+            let message = format!("{e:#}");
+            if let Some(failure) = &self.failure {
+                failure.record(message.clone());
+            }
+            CheckpointerError::Unknown(message)
+        })
     }
 
     fn delete(&self, epoch: usize) -> Result<(), CheckpointerError> {

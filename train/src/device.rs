@@ -147,6 +147,14 @@ static WGPU_STARTED: AtomicBool = AtomicBool::new(false);
 /// `hla train --device wgpu` on Mesa's lavapipe end with a failure status and no message).
 /// Every file is written by then; only the standard streams need flushing.
 pub fn exit(code: u8) -> ExitCode {
+    if WGPU_STARTED.load(Ordering::SeqCst) {
+        exit_now(code)
+    }
+    ExitCode::from(code)
+}
+
+/// Ends the process now with `code`, as [`exit`] would end it.
+pub fn exit_now(code: u8) -> ! {
     #[cfg(unix)]
     if WGPU_STARTED.load(Ordering::SeqCst) {
         // A failed flush (a closed pipe) changes nothing about how the run went.
@@ -155,7 +163,7 @@ pub fn exit(code: u8) -> ExitCode {
         // SAFETY: ends the process; no Rust state is used afterwards.
         unsafe { libc::_exit(code.into()) }
     }
-    ExitCode::from(code)
+    std::process::exit(code.into())
 }
 
 /// The GPU, started now: a machine without an adapter, or a bad

@@ -4,12 +4,13 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use burn::prelude::*;
 use hla_data::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::config::usage;
 use crate::run_dir::RunDir;
 
 #[derive(clap::Args, Debug)]
@@ -17,15 +18,15 @@ pub struct Args {
     /// The run directory.
     #[arg(long)]
     run: PathBuf,
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     prompt: String,
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
     /// Softmax temperature; 0 picks the most likely token.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true, value_parser = temperature)]
     temperature: f64,
     /// Sample among the k most likely tokens only.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     top_k: Option<usize>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -34,40 +35,50 @@ pub struct Args {
     device: String,
 }
 
+/// A temperature (clap's parser: a bad one exits with status 2, naming the flag); `-1` is
+/// read as a value, so that it gets this message rather than "unexpected argument".
+fn temperature(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err("expected a number ≥ 0 (0 picks the most likely token)".into()),
+    }
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a whole number ≥ 1".into()),
+    }
+}
+
 pub fn run(args: &Args) -> Result<()> {
-    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
-        bail!("--temperature must be ≥ 0, got {}", args.temperature);
-    }
-    if args.top_k == Some(0) {
-        bail!("--top-k must be at least 1");
-    }
     let device = crate::device::parse(&args.device)?;
     let run = RunDir::new(&args.run);
     let config = run.load_config(&[])?;
     if !run.tokenizer().exists() {
-        bail!(
+        return Err(usage(format!(
             "{} has no tokenizer (an MQAR run?): generate needs a text run",
             args.run.display()
-        );
+        )));
     }
     let tokenizer = Tokenizer::load(&run.tokenizer())?;
     let lm = run.load_model(&config, tokenizer.vocab_size(), &device)?;
     let prompt = tokenizer
         .encode(&args.prompt)
-        .context("the prompt cannot be encoded")?;
+        .map_err(|e| usage(format!("the prompt cannot be encoded: {e}")))?;
     if prompt.is_empty() {
-        bail!("the prompt is empty");
+        return Err(usage("the prompt encodes to no tokens"));
     }
     let lm_config = config.model.lm_config(tokenizer.vocab_size());
     if let Some(limit) = lm_config.position_limit()
         && prompt.len() + args.max_tokens > limit
     {
-        bail!(
+        return Err(usage(format!(
             "the prompt ({} tokens) and --max-tokens {} run past the {limit} positions of this \
              model (model.max_seq_len of softmax attention's RoPE table or learned positions)",
             prompt.len(),
             args.max_tokens
-        );
+        )));
     }
     let ids: Vec<i64> = prompt.iter().map(|&t| t.into()).collect();
     let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, prompt.len()]), &device);

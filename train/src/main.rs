@@ -13,6 +13,7 @@ mod export;
 mod generate;
 mod info;
 mod metrics;
+mod output;
 mod plots;
 mod prepare;
 mod progress;
@@ -23,6 +24,7 @@ mod train;
 mod trainee;
 mod verify;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -82,6 +84,7 @@ fn default_sigpipe() {
 fn main() -> ExitCode {
     alloc::keep_freed_buffers();
     default_sigpipe();
+    output::exit_on_failed_prints();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Train(args) => train::run(args),
@@ -97,7 +100,8 @@ fn main() -> ExitCode {
     let code = match result {
         Ok(()) => 0,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // Not `eprintln!`, which panics when stderr cannot be written.
+            let _ = writeln!(std::io::stderr(), "error: {err:#}");
             // Usage and config mistakes exit with 2, as clap's own do; failures with 1.
             if err.is::<config::UsageError>() { 2 } else { 1 }
         }

@@ -34,7 +34,14 @@ pub fn run(args: &Args) -> Result<()> {
                 m.tokenizer,
                 m.vocab_size
             );
-            println!("source   {} (sha256 {})", m.source, m.source_sha256);
+            // A re-used preparation's hash is the one computed then: the files were compared
+            // by path, size and modification time only, and say so.
+            let when = if reused {
+                ", computed when prepared; unchanged since by path, size and modification time"
+            } else {
+                ""
+            };
+            println!("source   {} (sha256 {}{when})", m.source, m.source_sha256);
             println!(
                 "         {} documents in {} files{}",
                 m.documents,

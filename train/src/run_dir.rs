@@ -14,12 +14,20 @@ use crate::config::{RunConfig, UsageError};
 
 pub struct RunDir(PathBuf);
 
-/// Holds a run directory's lock; removes it when dropped.
-pub struct RunLock(PathBuf);
+/// Holds a run directory's lock; removes it when dropped, and the directory too when this
+/// lock created it and nothing was written there (a run that failed before it started).
+pub struct RunLock {
+    path: PathBuf,
+    created: Option<PathBuf>,
+}
 
 impl Drop for RunLock {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(dir) = &self.created {
+            // Fails, as it should, on a directory that holds anything.
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -56,6 +64,7 @@ impl RunDir {
     /// train` into the same directory is refused. A lock left by a killed process (its pid
     /// no longer runs) is taken over.
     pub fn lock(&self) -> Result<RunLock> {
+        let created = (!self.0.exists()).then(|| self.0.clone());
         std::fs::create_dir_all(&self.0)
             .with_context(|| format!("cannot create the run directory {}", self.0.display()))?;
         let path = self.0.join("run.lock");
@@ -66,11 +75,10 @@ impl RunDir {
                 .open(&path)
             {
                 Ok(mut file) => {
-                    std::io::Write::write_all(
-                        &mut file,
-                        std::process::id().to_string().as_bytes(),
-                    )?;
-                    return Ok(RunLock(path));
+                    let lock = RunLock { path, created };
+                    std::io::Write::write_all(&mut file, std::process::id().to_string().as_bytes())
+                        .with_context(|| format!("cannot write {}", lock.path.display()))?;
+                    return Ok(lock);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let owner = std::fs::read_to_string(&path).unwrap_or_default();
@@ -202,5 +210,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         file.sync_all()?;
         std::fs::rename(&tmp, path)
     };
-    write().with_context(|| format!("cannot write {}", path.display()))
+    write().with_context(|| {
+        // What was written of it (a full disk) only takes room.
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}", path.display())
+    })
 }

@@ -584,7 +584,7 @@ fn every_bad_input_has_one_clear_message() {
                 "--prompt".into(),
                 "Zebra".into(),
             ],
-            1,
+            2,
             "'Z' is not in the vocabulary",
         ),
         (
@@ -606,7 +606,7 @@ fn every_bad_input_has_one_clear_message() {
                 "--out".into(),
                 run_s.clone(),
             ],
-            1,
+            2,
             "already holds a run",
         ),
         (

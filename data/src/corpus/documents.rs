@@ -23,9 +23,9 @@ pub struct Piece {
 }
 
 /// Reads the documents of `file` in order and passes their pieces to `each`: a text file is
-/// one document, cut into pieces of about [`PIECE_BYTES`] after a line break that a
-/// non-space follows (where a BPE pre-tokenizer splits anyway); a JSONL line or a Parquet
-/// row is one whole document, its `text_field`. `read` counts the bytes read from disk.
+/// one document, cut into pieces of one to two [`PIECE_BYTES`] where tokenizing them apart
+/// changes nothing (see [`cut`]); a JSONL line or a Parquet row is one whole document, its
+/// `text_field`. `read` counts the bytes read from disk.
 pub fn read(
     file: &SourceFile,
     text_field: &str,
@@ -56,32 +56,62 @@ fn text(
     path: &Path,
     each: &mut dyn FnMut(Piece) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
-    let (mut piece, mut offset) = (Vec::with_capacity(PIECE_BYTES + 4096), 0);
+    let (mut piece, mut offset) = (Vec::with_capacity(2 * PIECE_BYTES), 0);
     loop {
-        let n = reader
-            .read_until(b'\n', &mut piece)
+        // Up to twice a piece at a time, so that a cut can be chosen among the last half.
+        let wanted = 2 * PIECE_BYTES - piece.len();
+        let got = (&mut reader)
+            .take(wanted as u64)
+            .read_to_end(&mut piece)
             .map_err(DataError::io(path))?;
-        let next = reader.fill_buf().map_err(DataError::io(path))?;
-        let at_end = n == 0 || next.is_empty();
-        let cut =
-            piece.len() >= PIECE_BYTES && next.first().is_some_and(|b| !b.is_ascii_whitespace());
-        if at_end && piece.is_empty() && offset == 0 {
-            return Ok(()); // an empty file holds no document
+        if got < wanted {
+            if !piece.is_empty() || offset > 0 {
+                each(Piece {
+                    bytes: piece,
+                    offset,
+                    last: true,
+                })?;
+            } // else: an empty file holds no document
+            return Ok(());
         }
-        if at_end || cut {
-            let bytes = std::mem::replace(&mut piece, Vec::with_capacity(PIECE_BYTES + 4096));
-            let len = bytes.len();
-            each(Piece {
-                bytes,
-                offset,
-                last: at_end,
-            })?;
-            offset += len;
-            if at_end {
-                return Ok(());
-            }
-        }
+        let rest = piece.split_off(cut(&piece));
+        let bytes = std::mem::replace(&mut piece, rest);
+        let len = bytes.len();
+        each(Piece {
+            bytes,
+            offset,
+            last: false,
+        })?;
+        offset += len;
     }
+}
+
+/// Where to end a piece of at least [`PIECE_BYTES`] within `bytes` (of twice that), so that
+/// tokenizing the pieces apart gives the tokens of the whole: after a line break that a
+/// non-space follows, where a BPE pre-tokenizer splits anyway; in a line that long, before
+/// a space between two words (GPT-2's splits too); else between two UTF-8 characters (exact
+/// for the `char` and `byte` tokenizers). Memory then stays bounded by the piece even in a
+/// file of one line.
+fn cut(bytes: &[u8]) -> usize {
+    let space = |b: &u8| b.is_ascii_whitespace();
+    let from = PIECE_BYTES;
+    let after_line_break =
+        (from..bytes.len()).find(|&i| bytes[i - 1] == b'\n' && !space(&bytes[i]));
+    let before_word = || {
+        (from..bytes.len() - 1)
+            .rev()
+            .find(|&i| bytes[i] == b' ' && !space(&bytes[i - 1]) && !space(&bytes[i + 1]))
+    };
+    // A UTF-8 continuation byte (0b10xxxxxx) never starts a character.
+    let char_boundary = || {
+        (from..bytes.len())
+            .rev()
+            .find(|&i| bytes[i] & 0xC0 != 0x80)
+            .unwrap_or(bytes.len())
+    };
+    after_line_break
+        .or_else(before_word)
+        .unwrap_or_else(char_boundary)
 }
 
 fn jsonl(

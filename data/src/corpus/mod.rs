@@ -157,7 +157,7 @@ pub fn download(url: &str, sha256: &str, dest: &Path) -> Result<(), DataError> {
     std::fs::create_dir_all(dir).map_err(DataError::io(dir))?;
     let failed = |reason: String| DataError::Io {
         path: dest.into(),
-        source: std::io::Error::other(reason),
+        error: std::io::Error::other(reason),
     };
     // The system's root certificates (with the bundled ones as fallback where it has
     // none): downloads then work behind TLS-inspecting proxies that the system trusts.

@@ -211,6 +211,9 @@ impl LmConfig {
         if self.vocab_size == 0 {
             return fail("vocab_size", "at least 1", &self.vocab_size);
         }
+        if self.d_model == 0 {
+            return fail("d_model", "at least 1", &self.d_model);
+        }
         if self.n_layers == 0 {
             return fail("n_layers", "at least 1", &self.n_layers);
         }

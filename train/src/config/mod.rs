@@ -40,18 +40,22 @@ impl RunConfig {
     pub fn parse(text: &str, overrides: &[String]) -> Result<Self> {
         // Without overrides the file is read directly, so errors carry its line and column.
         let mut config: Self = if overrides.is_empty() {
-            toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?
+            toml::from_str(text)
+                .map_err(|e| anyhow::anyhow!("{}", plain(e.to_string().trim_end())))?
         } else {
             let mut table: toml::Table = toml::from_str(text)
-                .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+                .map_err(|e| anyhow::anyhow!("{}", plain(e.to_string().trim_end())))?;
             for assignment in overrides {
                 set(&mut table, assignment)?;
             }
-            toml::Value::Table(table)
-                .try_into()
-                .map_err(|e: toml::de::Error| {
-                    anyhow::anyhow!("with the --set overrides: {}", e.message())
-                })?
+            // A table has no lines to point at: the error names the key instead.
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let message = plain(e.inner().message());
+                match e.path().iter().next() {
+                    Some(_) => anyhow::anyhow!("{}: {message}", e.path()),
+                    None => anyhow::anyhow!("with the --set overrides: {message}"),
+                }
+            })?
         };
         // Validation runs every eval_interval steps and at the end: a run shorter than
         // one interval validates at its end only.
@@ -106,6 +110,11 @@ impl From<anyhow::Error> for UsageError {
     }
 }
 
+/// `message` as a usage error.
+pub fn usage(message: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(anyhow::Error::msg(message.to_string())).into()
+}
+
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:#}", self.0)
@@ -113,6 +122,13 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// serde's message for a value that is not a size, in words.
+fn plain(message: &str) -> String {
+    message
+        .replace("expected usize", "expected a whole number ≥ 0")
+        .replace("expected u64", "expected a whole number ≥ 0")
+}
 
 /// Applies `section.key=value`; the value is read as TOML (`3`, `1e-3`, `true`, `"x"`), or
 /// as a string when it is not valid TOML.

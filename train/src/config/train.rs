@@ -34,7 +34,7 @@ pub struct TrainSection {
     pub eval_interval: usize,
     /// Batches of nanoGPT's random-window validation estimate.
     pub eval_batches: usize,
-    /// Checkpoints kept besides the best.
+    /// Checkpoints kept besides the best (at least the last, to resume from).
     pub keep_checkpoints: usize,
     /// Stop after this many validations without improvement; 0 never stops early.
     pub early_stopping: usize,
@@ -141,6 +141,7 @@ impl TrainSection {
             ("grad_accumulation", self.grad_accumulation),
             ("eval_interval", self.eval_interval),
             ("eval_batches", self.eval_batches),
+            ("keep_checkpoints", self.keep_checkpoints),
         ] {
             if value == 0 {
                 bail!("train.{key} must be at least 1, got 0");

@@ -6,7 +6,7 @@ mod describe;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use burn::store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
 use hla_data::tokenizer::Tokenizer;
 
@@ -44,10 +44,10 @@ pub fn run(args: &Args) -> Result<()> {
     let device = crate::device::parse(crate::device::default_name())?;
     let lm = run.load_model(&config, vocab_size, &device)?;
     if args.out.join("manifest.json").exists() {
-        bail!(
+        return Err(crate::config::usage(format!(
             "{} already holds an export; choose another --out",
             args.out.display()
-        );
+        )));
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;

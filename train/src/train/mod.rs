@@ -14,12 +14,13 @@ use burn::train::checkpoint::{
 use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{IterationSpeedMetric, LearningRateMetric, LossMetric};
 use burn::train::{
-    Interrupter, Learner, MetricEarlyStoppingStrategy, StoppingCondition, SupervisedTraining,
+    Interrupter, Learner, LearningResult, MetricEarlyStoppingStrategy, StoppingCondition,
+    SupervisedTraining,
 };
 use hla_model::lm::Lm;
 
 use crate::checkpoint::{AtomicCheckpointer, TrainingClock};
-use crate::config::RunConfig;
+use crate::config::{RunConfig, usage};
 use crate::data::Data;
 use crate::metrics::{AccuracyMetric, PerplexityMetric};
 use crate::renderer::QuietRenderer;
@@ -29,9 +30,11 @@ use crate::trainee::{NanGuard, Trainee};
 mod finish;
 mod optim;
 mod parallel;
+mod writers;
 
 pub use optim::optimizer;
 pub use parallel::describe as describe_devices;
+pub use writers::Failure;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -65,7 +68,7 @@ pub fn run(args: &Args) -> Result<()> {
     let out = match (&args.out, &args.config) {
         (Some(out), _) => out.clone(),
         (None, Some(config)) => PathBuf::from("runs").join(config.file_stem().unwrap_or_default()),
-        (None, None) => bail!("--resume needs --out (the run directory)"),
+        (None, None) => return Err(usage("--resume needs --out (the run directory)")),
     };
     let config = if args.resume {
         // The run's own config, with any overrides (e.g. more steps).
@@ -157,23 +160,22 @@ pub fn train(job: &Job) -> Result<()> {
     data.save_tokenizer(&run.tokenizer())?;
     let training = SupervisedTraining::new(run.path(), train_loader, valid_loader);
     let clock = TrainingClock::start(&run.checkpoints(), resume_epoch);
-    let mut training = configure(training, job, &run, data.is_mqar(), resume_epoch, clock);
-    training = training.with_interrupter(interrupter);
+    let failure = Failure::default();
+    let training = configure(training, job, data.is_mqar(), resume_epoch);
+    let mut training = writers::writers(
+        training,
+        &run,
+        job.standalone,
+        clock,
+        &failure,
+        &interrupter,
+    )?
+    .with_interrupter(interrupter);
     if let Some(strategy) = parallel::execution(&devices, t.strategy) {
         training = training.with_training_strategy(strategy.into());
     }
     let result = training.launch(Learner::new(model, optimizer, scheduler));
-    if let Some(error) = result.error {
-        bail!("training stopped: {error}");
-    }
-    if let Some(stop) = result.interrupted {
-        bail!(
-            "training stopped: {}; the last good checkpoint stays in {} (continue with --resume, \
-             perhaps with a lower --set train.lr)",
-            stop.reason.unwrap_or_else(|| "interrupted".into()),
-            run.checkpoints().display()
-        );
-    }
+    stopped(&run, &failure, &result)?;
     // Resumed from a checkpoint without a recorded time: this segment's steps only.
     let (seconds, steps_timed) = match clock.total() {
         Some(total) => (total, t.steps),
@@ -187,6 +189,31 @@ pub fn train(job: &Job) -> Result<()> {
     finish::finish(job, &devices[0], &run, &data, finished)
 }
 
+/// The error of a run that stopped before its last step: a writer's failure (a full disk)
+/// first, as it is the cause of what burn-train then reports.
+fn stopped(run: &RunDir, failure: &Failure, result: &LearningResult<Trainee>) -> Result<()> {
+    let last = run.checkpoints();
+    if let Some(message) = failure.get() {
+        bail!(
+            "training stopped: {message}; the last complete checkpoint stays in {} (continue \
+             with --resume)",
+            last.display()
+        );
+    }
+    if let Some(error) = &result.error {
+        bail!("training stopped: {error}");
+    }
+    if let Some(stop) = &result.interrupted {
+        bail!(
+            "training stopped: {}; the last good checkpoint stays in {} (continue with --resume, \
+             perhaps with a lower --set train.lr)",
+            stop.reason.as_deref().unwrap_or("interrupted"),
+            last.display()
+        );
+    }
+    Ok(())
+}
+
 /// Takes the run directory for this job: a directory that already holds a run needs
 /// `--resume` or `--force` (which clears it); files a killed run left half-written go.
 fn claim(run: &RunDir, job: &Job) -> Result<()> {
@@ -195,10 +222,10 @@ fn claim(run: &RunDir, job: &Job) -> Result<()> {
         return Ok(());
     }
     if run.config().exists() && !job.force {
-        bail!(
+        return Err(usage(format!(
             "{} already holds a run; pass --resume to continue it or --force to start over",
             job.out.display()
-        );
+        )));
     }
     if job.force {
         run.clear()?;
@@ -263,10 +290,8 @@ fn resume_epoch(run: &RunDir, job: &Job) -> Option<usize> {
 fn configure(
     training: SupervisedTraining<Trainee>,
     job: &Job,
-    run: &RunDir,
     mqar: bool,
     resume_epoch: Option<usize>,
-    clock: TrainingClock,
 ) -> SupervisedTraining<Trainee> {
     let t = &job.config.train;
     let lowest_valid_loss = || {
@@ -283,14 +308,9 @@ fn configure(
         .metric_train_numeric(IterationSpeedMetric::new())
         .with_checkpointing_strategy(
             ComposedCheckpointingStrategy::builder()
-                .add(KeepLastNCheckpoints::new(t.keep_checkpoints.max(1)))
+                .add(KeepLastNCheckpoints::new(t.keep_checkpoints))
                 .add(lowest_valid_loss())
                 .build(),
-        )
-        .with_custom_checkpointers(
-            AtomicCheckpointer::new(run.checkpoints(), "model").with_clock(clock),
-            AtomicCheckpointer::new(run.checkpoints(), "optim"),
-            AtomicCheckpointer::new(run.checkpoints(), "scheduler"),
         )
         .grads_accumulation(t.grad_accumulation)
         .num_epochs(t.steps.div_ceil(t.eval_interval));
@@ -313,9 +333,6 @@ fn configure(
     }
     if let Some(epoch) = resume_epoch {
         training = training.checkpoint(epoch);
-    }
-    if !job.standalone {
-        training = training.with_application_logger(None);
     }
     if !(job.standalone && std::io::stdout().is_terminal()) {
         training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));

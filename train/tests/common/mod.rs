@@ -1,8 +1,10 @@
 //! Shared helpers of the binary's tests: running `hla`, a tiny config and corpus.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use hla_data::prepared;
 
 /// Runs `hla` with `data_dir` as its data and cache directories; a panic fails the test.
 pub fn hla(data_dir: &Path, args: &[&str]) -> Output {
@@ -27,6 +29,35 @@ pub fn ok(data_dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+/// Checks that `output` failed with `code` and one message, on one line, that holds every
+/// one of `parts`; returns it.
+pub fn one_error(output: &Output, code: i32, parts: &[&str]) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("PANIC"),
+        "{stderr}"
+    );
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "one message: {stderr}");
+    for part in parts {
+        assert!(errors[0].contains(part), "{part:?} not in {stderr}");
+    }
+    stderr
+}
+
+/// The folder `hla prepare` printed, and its corpus decoded.
+pub fn prepared_text(stdout: &str) -> (PathBuf, String) {
+    let first = stdout.lines().next().unwrap();
+    let dir = first.split_whitespace().nth(1).unwrap();
+    let p = prepared::open(Path::new(dir)).unwrap();
+    let text = p
+        .tokenizer
+        .decode(&p.tokens.read(0..p.tokens.len()))
+        .unwrap();
+    (dir.into(), text)
 }
 
 /// A tiny config for `mixer` on a repetitive word corpus written into `dir`.
