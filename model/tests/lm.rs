@@ -62,7 +62,8 @@ fn tokens(
 }
 
 /// flash-linear-attention's generation test: a full forward equals prefill of a prompt
-/// followed by token-by-token steps from its state.
+/// followed by token-by-token steps from its state (and `prefill_last` the prompt's last
+/// row of it).
 #[test]
 fn prefill_then_step_equals_full_forward() {
     for device in devices() {
@@ -83,6 +84,14 @@ fn prefill_then_step_equals_full_forward() {
                 assert!(
                     err <= TOL,
                     "{mixer:?}: prefill + step vs forward {err:.3e} for {config:?}"
+                );
+                let last =
+                    model.prefill_last(ids.clone().slice(s![.., 0..9]), &mut model.init_state(2));
+                let want = full.clone().slice(s![.., 8..9, ..]).squeeze_dim::<2>(1);
+                let err = rel_rms(&last, &want);
+                assert!(
+                    err <= TOL,
+                    "{mixer:?}: prefill_last {err:.3e} for {config:?}"
                 );
                 worst = worst.max(err);
             }

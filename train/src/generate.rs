@@ -83,10 +83,7 @@ pub fn run(args: &Args) -> Result<()> {
     let ids: Vec<i64> = prompt.iter().map(|&t| t.into()).collect();
     let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, prompt.len()]), &device);
     let mut state = lm.init_state(1);
-    let logits = lm.prefill(input, &mut state);
-    let mut next = logits
-        .slice(s![.., prompt.len() - 1.., ..])
-        .squeeze_dim::<2>(1);
+    let mut next = lm.prefill_last(input, &mut state);
 
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let mut out = std::io::stdout().lock();

@@ -108,6 +108,14 @@ impl Lm {
         self.run(tokens, state, self.form)
     }
 
+    /// [`prefill`](Self::prefill) returning the logits after the prompt only, `[batch,
+    /// vocab]`: what generation needs, without the head at every prompt position.
+    pub fn prefill_last(&self, tokens: Tensor<2, Int>, state: &mut LmState) -> Tensor<2> {
+        let x = self.features(tokens, state, self.form);
+        let [batch, time, d_model] = x.dims();
+        self.logits(x.narrow(1, time - 1, 1).reshape([batch, d_model]))
+    }
+
     /// `tokens [batch]` → next-token logits `[batch, vocab]` with the serial recurrence,
     /// updating `state`.
     ///

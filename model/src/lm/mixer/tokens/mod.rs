@@ -11,6 +11,8 @@ pub(crate) mod serial;
 
 use rayon::prelude::*;
 
+use crate::fused::simd::PIECE;
+
 pub(crate) use recurrent::Tokens;
 
 /// Head `h` of sequence `b`, `[time, dh]`, from token rows of `parts` blocks of `d`
@@ -33,16 +35,21 @@ fn head_rows(
 /// (`parts[part][i]`, heads sequence-major, head after head): the inverse of [`head_rows`].
 fn scatter(out: &mut [f32], parts: &[&[Vec<f32>]], (time, d, dh): (usize, usize, usize)) {
     let h = d / dh;
-    out.par_chunks_mut(parts.len() * d)
-        .enumerate()
-        .for_each(|(row, out)| {
-            let (b, t) = (row / time, row % time);
-            for (heads, out) in parts.iter().zip(out.chunks_exact_mut(d)) {
-                for (head, out) in out.chunks_exact_mut(dh).enumerate() {
-                    out.copy_from_slice(&heads[b * h + head][t * dh..][..dh]);
-                }
+    let row = |(row, out): (usize, &mut [f32])| {
+        let (b, t) = (row / time, row % time);
+        for (heads, out) in parts.iter().zip(out.chunks_exact_mut(d)) {
+            for (head, out) in out.chunks_exact_mut(dh).enumerate() {
+                out.copy_from_slice(&heads[b * h + head][t * dh..][..dh]);
             }
-        });
+        }
+    };
+    let width = parts.len() * d;
+    // A decoding step's few rows are not worth the handoff to the thread pool.
+    if out.len() < PIECE {
+        out.chunks_mut(width).enumerate().for_each(row);
+    } else {
+        out.par_chunks_mut(width).enumerate().for_each(row);
+    }
 }
 
 /// Per-head results `[a, b, …]` as one list per kind `[a…], [b…], …`.

@@ -14,6 +14,7 @@ use super::recurrent::{Tokens, gather, sizes};
 use super::rows::divide;
 use super::{scatter, transpose};
 use crate::fused::Host;
+use crate::fused::simd::PIECE;
 use crate::hla::fused;
 
 /// `qkv [batch, time, 3·d]`, log gates `[gb, gh, time]` and `packed`, whose first
@@ -54,20 +55,22 @@ pub(crate) fn kernel<B: Host>(
     values.truncate(n.sequences() * len);
     let o = {
         let (x, g) = (B::values(&qkv), B::values(&log_g));
-        let heads: Vec<[Vec<f32>; 1]> = values
-            .par_chunks_mut(len)
-            .enumerate()
-            .map(|(i, state)| {
-                let at = (i / n.heads, i % n.heads);
-                let x = gather(&x, at, (n.time, d, dh), &tokens, false);
-                let mut o = vec![0.0; n.time * dv];
-                fused::serial_head(tokens.order, &n, &x.head(n.gates_of(&g, i)), state, &mut o);
-                match tokens.denominator {
-                    Some(eps) => [divide(&o, dh, eps).0],
-                    None => [o],
-                }
-            })
-            .collect();
+        let head = |(i, state): (usize, &mut [f32])| {
+            let at = (i / n.heads, i % n.heads);
+            let x = gather(&x, at, (n.time, d, dh), &tokens, false);
+            let mut o = vec![0.0; n.time * dv];
+            fused::serial_head(tokens.order, &n, &x.head(n.gates_of(&g, i)), state, &mut o);
+            match tokens.denominator {
+                Some(eps) => [divide(&o, dh, eps).0],
+                None => [o],
+            }
+        };
+        // One token of one sequence (generation) is not worth the handoff to the pool.
+        let heads: Vec<[Vec<f32>; 1]> = if values.len() * n.time < PIECE {
+            values.chunks_mut(len).enumerate().map(head).collect()
+        } else {
+            values.par_chunks_mut(len).enumerate().map(head).collect()
+        };
         let [o] = transpose(heads);
         let mut out = vec![0.0; n.batch * n.time * d];
         scatter(&mut out, &[&o], (n.time, d, dh));
