@@ -132,10 +132,10 @@ pub fn evaluate(
         let (nll, hits) = scores;
         let mask = batch.target_mask.clone();
         nll_sum += (nll * mask.clone().float()).sum().into_scalar::<f32>() as f64;
-        let scored: Vec<bool> = mask.into_data().try_to_vec().expect("bool data");
+        let scored = bools(mask);
         tokens += scored.iter().filter(|&&m| m).count();
         if mqar {
-            let hits: Vec<bool> = hits.into_data().try_to_vec().expect("bool data");
+            let hits = bools(hits);
             for (h, m) in hits.chunks(time).zip(scored.chunks(time)) {
                 if m.contains(&true) {
                     per_example.push(mqar::accuracy(h, m, time));
@@ -158,6 +158,12 @@ pub fn evaluate(
 /// Most rows of the blocks' output kept before the head scores them (in floats): the
 /// head runs fastest on many rows at once, the rows cost memory.
 const ROWS_HELD: usize = 1 << 24;
+
+/// A bool tensor's values, whatever the device stores a bool as (ndarray and flex a byte,
+/// wgpu a `u32`).
+fn bools(t: Tensor<2, Bool>) -> Vec<bool> {
+    t.into_data().iter::<bool>().collect()
+}
 
 /// Each target's negative log-likelihood and hit `[batch, time]` by the serial recurrence,
 /// one token of every window at a time; the head scores the rows of several steps at once

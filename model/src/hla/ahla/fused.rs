@@ -26,8 +26,8 @@ use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::{dot, multiversion};
 use crate::hla::Order;
 use crate::hla::fused::{
-    DecayGrads, Grads, Head, Power, Sizes, apply_mask, decays, hadamard, row_dots, scale,
-    scale_rows, scaled_rows,
+    DecayGrads, Grads, Head, Power, Sizes, decayed_scores, decays, hadamard, row_dots, scale,
+    scale_rows, scaled_rows, state_rows,
 };
 
 /// `A = D ⊙ (Q Kᵀ)`, `Q P` and `B` of the chunk `(q, k, v)` from the start state `p`.
@@ -39,31 +39,8 @@ fn products(
     (d, dv): (usize, usize),
 ) -> [Vec<f32>; 3] {
     let c = decay.a.len();
-    let mut a = vec![0.0; c * c];
-    matmul(
-        (c, c, d),
-        &mut a,
-        (q, Layout::rows(d)),
-        (k, Layout::transposed(d)),
-        false,
-    );
-    apply_mask(&mut a, &decay.mask);
-    let mut qp = vec![0.0; c * dv];
-    matmul(
-        (c, dv, d),
-        &mut qp,
-        (q, Layout::rows(d)),
-        (p, Layout::rows(dv)),
-        false,
-    );
-    let mut b = scaled_rows(&qp, dv, &decay.a);
-    matmul(
-        (c, dv, c),
-        &mut b,
-        (&a, Layout::rows(c)),
-        (v, Layout::rows(dv)),
-        true,
-    );
+    let a = decayed_scores(q, k, &decay.mask, c, d);
+    let [qp, b] = state_rows(q, (p, Layout::rows(dv)), (&a, v), &decay.a, (c, d, dv));
     [a, qp, b]
 }
 

@@ -21,18 +21,9 @@ use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::{dot, multiversion};
 use crate::hla::Order;
 use crate::hla::fused::{
-    DecayGrads, Grads, Head, Sizes, apply_mask, decays, hadamard, row_dots, scale, scale_rows,
-    scaled_rows,
+    DecayGrads, Grads, Head, Sizes, apply_mask, decayed_scores, decays, hadamard, row_dots, scale,
+    scale_rows, scaled_rows,
 };
-
-/// `Q Kᵀ` of a chunk (`c × c`).
-#[inline(always)]
-fn scores(q: &[f32], k: &[f32], c: usize, d: usize) -> Vec<f32> {
-    let mut m = vec![0.0; c * c];
-    let (q, k) = ((q, Layout::rows(d)), (k, Layout::transposed(d)));
-    matmul((c, c, d), &mut m, q, k, false);
-    m
-}
 
 multiversion! {
     /// One sequence and head forward: `o`, the final `S` (holding the initial state on
@@ -45,8 +36,7 @@ multiversion! {
             let (c0, c) = span;
             let (q, k, v) = x.chunk(span, d, dv);
             let decay = decays.of(&x.log_g[c0..c0 + c]).p(1);
-            let mut m = scores(q, k, c, d);
-            apply_mask(&mut m, &decay.mask);
+            let m = decayed_scores(q, k, &decay.mask, c, d);
             let o = &mut o[c0 * dv..][..c * dv];
             matmul((c, dv, d), o, (q, Layout::rows(d)), (s, Layout::rows(dv)), false);
             let qs = o.to_vec();
@@ -70,8 +60,7 @@ multiversion! {
             let (q, k, v) = x.chunk(span, d, dv);
             let decay = decays.of(&x.log_g[c0..c0 + c]).p(1);
             let ds = &mut *out.state;
-            let mut m = scores(q, k, c, d);
-            apply_mask(&mut m, &decay.mask);
+            let m = decayed_scores(q, k, &decay.mask, c, d);
             let g = &g[c0 * dv..][..c * dv];
             // G = (∂O Vᵀ) ⊙ D, from ∂M = ∂O Vᵀ.
             let mut dm = vec![0.0; c * c];

@@ -19,6 +19,7 @@ use burn::prelude::*;
 use super::state::OrderState;
 pub(crate) use super::state::{pack_state, state_len, state_parts, unpack_state};
 use super::{HlaInput, HlaState, Order, ahla, first, second, third};
+use crate::fused::gemm::{Layout, matmul};
 pub(crate) use decay::{
     ChunkDecay, DecayGrads, Decays, Power, apply_mask, hadamard, row_dots, scale, scale_rows,
     scaled_rows,
@@ -132,6 +133,42 @@ pub(crate) fn serial_head(order: Order, n: &Sizes, x: &Head, state: &mut [f32], 
         Order::Third => third::recurrent::fused_head(x, d, dv, state, o),
         Order::Asymmetric => ahla::recurrent::fused_head(x, d, dv, state, o),
     }
+}
+
+/// `D ⊙ (Q Kᵀ)` of a chunk's `c` queries and keys (`c × c`, `mask` = `D`): the decayed
+/// scores every order's chunk step starts from.
+#[inline(always)]
+pub(crate) fn decayed_scores(q: &[f32], k: &[f32], mask: &[f32], c: usize, d: usize) -> Vec<f32> {
+    let mut w = vec![0.0; c * c];
+    let (q, k) = ((q, Layout::rows(d)), (k, Layout::transposed(d)));
+    matmul((c, c, d), &mut w, q, k, false);
+    apply_mask(&mut w, mask);
+    w
+}
+
+/// The inclusive per-token rows a chunk step carries from a start state `x` (`d × cols`,
+/// read through `x`'s layout): `[Q X, diag(a) Q X + W Y]`, e.g. `A = diag(a) Q Sᵀ + W K`
+/// (second and third order) and `B = diag(a) Q P + W V` (third order, AHLA), with `Q X`
+/// before the decay for the gates' gradient.
+#[inline(always)]
+pub(crate) fn state_rows(
+    q: &[f32],
+    x: (&[f32], Layout),
+    (w, y): (&[f32], &[f32]),
+    a: &[f32],
+    (c, d, cols): (usize, usize, usize),
+) -> [Vec<f32>; 2] {
+    let mut qx = vec![0.0; c * cols];
+    matmul((c, cols, d), &mut qx, (q, Layout::rows(d)), x, false);
+    let mut rows = scaled_rows(&qx, cols, a);
+    matmul(
+        (c, cols, c),
+        &mut rows,
+        (w, Layout::rows(c)),
+        (y, Layout::rows(cols)),
+        true,
+    );
+    [qx, rows]
 }
 
 /// `y = M x` for a row-major `M [rows, x.len()]`.

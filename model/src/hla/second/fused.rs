@@ -28,8 +28,8 @@ use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::{dot, multiversion};
 use crate::hla::Order;
 use crate::hla::fused::{
-    ChunkDecay, DecayGrads, Grads, Head, Sizes, apply_mask, decays, hadamard, row_dots, scale,
-    scale_rows, scaled_rows,
+    ChunkDecay, DecayGrads, Grads, Head, Sizes, decayed_scores, decays, hadamard, row_dots, scale,
+    scale_rows, scaled_rows, state_rows,
 };
 
 /// One chunk's products that the backward pass recomputes: `W`, `A`, `P`, `diag(e²) V`
@@ -54,40 +54,9 @@ fn products(
 ) -> Products {
     let (one, two) = (decay.p(1), decay.p(2));
     let c = one.a.len();
-    let mut w = vec![0.0; c * c];
-    matmul(
-        (c, c, d),
-        &mut w,
-        (q, Layout::rows(d)),
-        (k, Layout::transposed(d)),
-        false,
-    );
-    apply_mask(&mut w, &one.mask);
-    let mut qs = vec![0.0; c * d];
-    matmul(
-        (c, d, d),
-        &mut qs,
-        (q, Layout::rows(d)),
-        (s, Layout::transposed(d)),
-        false,
-    );
-    let mut a = scaled_rows(&qs, d, &one.a);
-    matmul(
-        (c, d, c),
-        &mut a,
-        (&w, Layout::rows(c)),
-        (k, Layout::rows(d)),
-        true,
-    );
-    let mut p = vec![0.0; c * c];
-    matmul(
-        (c, c, d),
-        &mut p,
-        (q, Layout::rows(d)),
-        (&a, Layout::transposed(d)),
-        false,
-    );
-    apply_mask(&mut p, &two.mask);
+    let w = decayed_scores(q, k, &one.mask, c, d);
+    let [qs, a] = state_rows(q, (s, Layout::transposed(d)), (&w, k), &one.a, (c, d, d));
+    let p = decayed_scores(q, &a, &two.mask, c, d);
     Products {
         w,
         a,

@@ -29,8 +29,8 @@ use crate::fused::gemm::{Layout, matmul};
 use crate::fused::simd::{dot, multiversion};
 use crate::hla::Order;
 use crate::hla::fused::{
-    ChunkDecay, DecayGrads, Grads, Head, Sizes, apply_mask, decays, hadamard, row_dots, scale,
-    scale_rows, scaled_rows,
+    ChunkDecay, DecayGrads, Grads, Head, Sizes, decayed_scores, decays, hadamard, row_dots, scale,
+    scale_rows, scaled_rows, state_rows,
 };
 
 /// One chunk's products that the backward pass recomputes, with `Q Sᵀ` and `Q P` (before
@@ -54,56 +54,10 @@ fn products(
 ) -> Products {
     let (one, three) = (decay.p(1), decay.p(3));
     let c = one.a.len();
-    let mut w = vec![0.0; c * c];
-    matmul(
-        (c, c, d),
-        &mut w,
-        (q, Layout::rows(d)),
-        (k, Layout::transposed(d)),
-        false,
-    );
-    apply_mask(&mut w, &one.mask);
-    let mut qs = vec![0.0; c * d];
-    matmul(
-        (c, d, d),
-        &mut qs,
-        (q, Layout::rows(d)),
-        (s, Layout::transposed(d)),
-        false,
-    );
-    let mut a = scaled_rows(&qs, d, &one.a);
-    matmul(
-        (c, d, c),
-        &mut a,
-        (&w, Layout::rows(c)),
-        (k, Layout::rows(d)),
-        true,
-    );
-    let mut qp = vec![0.0; c * dv];
-    matmul(
-        (c, dv, d),
-        &mut qp,
-        (q, Layout::rows(d)),
-        (p, Layout::rows(dv)),
-        false,
-    );
-    let mut b = scaled_rows(&qp, dv, &one.a);
-    matmul(
-        (c, dv, c),
-        &mut b,
-        (&w, Layout::rows(c)),
-        (v, Layout::rows(dv)),
-        true,
-    );
-    let mut t = vec![0.0; c * c];
-    matmul(
-        (c, c, d),
-        &mut t,
-        (q, Layout::rows(d)),
-        (&a, Layout::transposed(d)),
-        false,
-    );
-    apply_mask(&mut t, &three.mask);
+    let w = decayed_scores(q, k, &one.mask, c, d);
+    let [qs, a] = state_rows(q, (s, Layout::transposed(d)), (&w, k), &one.a, (c, d, d));
+    let [qp, b] = state_rows(q, (p, Layout::rows(dv)), (&w, v), &one.a, (c, d, dv));
+    let t = decayed_scores(q, &a, &three.mask, c, d);
     Products { w, a, b, t, qs, qp }
 }
 

@@ -122,24 +122,24 @@ pub fn head_loss_composed(
     targets: Tensor<1, Int>,
 ) -> HeadLoss {
     let rows = x.dims()[0];
-    let logits = linear::project_composed(x, weight, transposed);
-    let hits = logits
-        .clone()
-        .detach()
-        .argmax(1)
-        .squeeze_dim::<1>(1)
-        .equal(targets.clone())
-        .float()
-        .sum();
+    let (nll, hits) = composed(linear::project_composed(x, weight, transposed), targets);
+    HeadLoss {
+        loss: nll.mean(),
+        hits: hits.float().sum(),
+        rows,
+    }
+}
+
+/// Each row's negative log-likelihood and hit for `logits [rows, vocab]` and `targets
+/// [rows]`, composed.
+fn composed(logits: Tensor<2>, targets: Tensor<1, Int>) -> (Tensor<1>, Tensor<1, Bool>) {
+    let top = logits.clone().detach().argmax(1).squeeze_dim::<1>(1);
+    let hits = top.equal(targets.clone());
     let log_p = log_softmax(logits, 1);
     let nll = -log_p
         .gather(1, targets.unsqueeze_dim(1))
         .squeeze_dim::<1>(1);
-    HeadLoss {
-        loss: nll.mean(),
-        hits,
-        rows,
-    }
+    (nll, hits)
 }
 
 /// Each target's negative log-likelihood and hit for the logits `x W` (`x Wᵀ` when
@@ -177,10 +177,6 @@ pub fn scores_composed(
     targets: Tensor<1, Int>,
 ) -> TokenScores {
     let logits = linear::project_composed(x.detach(), weight.detach(), transposed);
-    let hits = (logits.clone().argmax(1).squeeze_dim::<1>(1)).equal(targets.clone());
-    let log_p = log_softmax(logits, 1);
-    let nll = -log_p
-        .gather(1, targets.unsqueeze_dim(1))
-        .squeeze_dim::<1>(1);
+    let (nll, hits) = composed(logits, targets);
     TokenScores { nll, hits }
 }
