@@ -193,6 +193,12 @@ fn wgpu(index: Option<usize>) -> Result<Device> {
 /// when the driver or the device is missing, which becomes one error here.
 #[cfg(feature = "cuda")]
 fn cuda(index: usize) -> Result<Device> {
+    if !cuda_driver_loads() {
+        anyhow::bail!(
+            "cannot start the CUDA device cuda:{index}: no CUDA driver (libcuda.so.1 does not \
+             load; it needs an NVIDIA GPU and its driver)"
+        );
+    }
     let device = Device::cuda(index);
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
@@ -214,6 +220,20 @@ fn cuda(index: usize) -> Result<Device> {
             )
         }
     }
+}
+
+/// Whether the CUDA driver's library loads. cudarc loads it when the device first runs
+/// something, on Burn's fusion thread, whose panic then surfaces as a missing tensor.
+#[cfg(all(feature = "cuda", target_os = "linux", target_env = "gnu"))]
+fn cuda_driver_loads() -> bool {
+    // SAFETY: a NUL-terminated name; the library stays loaded for the device to use.
+    unsafe { !libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY).is_null() }
+}
+
+/// Elsewhere the device's own start is the check.
+#[cfg(all(feature = "cuda", not(all(target_os = "linux", target_env = "gnu"))))]
+fn cuda_driver_loads() -> bool {
+    true
 }
 
 #[cfg(test)]

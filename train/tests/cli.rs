@@ -701,6 +701,10 @@ fn bench_times_training_steps() {
             .map(|p| p.as_f64().unwrap())
             .sum();
         assert!(phases > 0.5 * step && phases < 2.0 * step, "{row}");
+        assert!(
+            row.get("launches").is_none(),
+            "a CPU launches no kernel: {row}"
+        );
     }
     let fused =
         |mixer: &str, on: bool| rows.iter().any(|r| r["mixer"] == mixer && r["fused"] == on);

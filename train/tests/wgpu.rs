@@ -124,3 +124,30 @@ fn bench_runs_on_wgpu() {
         "{report}"
     );
 }
+
+/// A training step on the GPU is counted in kernel launches (cubecl's launch observer).
+#[test]
+fn bench_counts_the_kernels_of_a_step_on_wgpu() {
+    let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
+        "bench",
+        "--device",
+        "wgpu",
+        "--quick",
+        "--only",
+        "train",
+        "--workload",
+        "nanogpt",
+        "--mixer",
+        "hla2",
+        "--json",
+    ]));
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let rows = report["train"].as_array().expect("train rows");
+    assert_eq!(rows.len(), 1, "{report}");
+    let launches = rows[0]["launches"]
+        .as_u64()
+        .expect("a launch count on wgpu");
+    // Six layers of embedding, norms, projections, the chunked mixer, MLP, loss, their
+    // gradients and AdamW: hundreds of kernels, even fused by Burn.
+    assert!(launches > 100, "{launches} launches: {report}");
+}

@@ -4,6 +4,7 @@
 //! of several timed repetitions after a warm-up.
 
 mod decode;
+mod launches;
 mod matmul;
 mod operators;
 mod render;

@@ -67,13 +67,13 @@ fn render_train(md: &mut String, report: &Report) {
     let _ = writeln!(
         md,
         "## Training steps: forward, backward, clipping, AdamW (median ms per step and phase)\n\n\
-         | workload | mixer | B×T | vocab | parameters | kernels | ms/step | forward | backward | optimizer | steps/s | tokens/s | peak MiB |\n\
-         |---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+         | workload | mixer | B×T | vocab | parameters | kernels | ms/step | forward | backward | optimizer | steps/s | tokens/s | peak MiB | launches |\n\
+         |---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in &report.train {
         let _ = writeln!(
             md,
-            "| {} | {} | {}×{} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {} |",
+            "| {} | {} | {}×{} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {} | {} |",
             r.workload,
             r.mixer,
             r.batch,
@@ -87,7 +87,8 @@ fn render_train(md: &mut String, report: &Report) {
             r.phases_s[2] * 1e3,
             r.steps_per_s,
             r.tokens_per_s,
-            mib(r.timing.peak_bytes)
+            mib(r.timing.peak_bytes),
+            r.launches.map_or("–".into(), |n| n.to_string())
         );
     }
     let pairs: Vec<_> = report
@@ -107,7 +108,11 @@ fn render_train(md: &mut String, report: &Report) {
     }
     for (f, c) in pairs {
         let ratio = f.tokens_per_s / c.tokens_per_s;
-        let _ = writeln!(md, "- {} {}: {ratio:.2}×", f.workload, f.mixer);
+        let launches = match (c.launches, f.launches) {
+            (Some(c), Some(f)) => format!(" ({c} kernel launches per step composed, {f} fused)"),
+            _ => String::new(),
+        };
+        let _ = writeln!(md, "- {} {}: {ratio:.2}×{launches}", f.workload, f.mixer);
     }
     let _ = writeln!(md);
 }

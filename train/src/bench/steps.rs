@@ -14,7 +14,7 @@ use hla_model::lm::{MixerKind, MlpKind, NormKind, Positions};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Timing};
+use super::{Bench, Timing, launches};
 use crate::alloc;
 use crate::config::{ModelSection, TrainSection};
 use crate::trainee::{NanGuard, Trainee};
@@ -114,6 +114,9 @@ pub(super) struct TrainRow {
     /// the optimizer step (clipping and AdamW).
     pub(super) phases_s: [f64; 3],
     pub(super) timing: Timing,
+    /// Kernels launched by one step on a GPU device (none on the CPU devices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) launches: Option<usize>,
 }
 
 /// One model training on one batch, fused kernels on or off.
@@ -122,6 +125,8 @@ struct Case {
     mixer: MixerKind,
     fused: bool,
     parameters: usize,
+    /// Kernels one step launched, counted on a warm-up step.
+    launches: Option<usize>,
     trainee: Option<Trainee>,
     optimizer: ModuleOptimizer,
     batch: LmBatch,
@@ -164,6 +169,7 @@ impl Case {
             mixer,
             fused,
             parameters: trainee.lm.num_params(),
+            launches: None,
             trainee: Some(trainee),
             optimizer,
             batch: LmBatcher.batch(items, device),
@@ -239,7 +245,10 @@ impl Bench {
                 if case.fused { "fused" } else { "composed" }
             );
             case.step(&autodiff)?;
-            let warm = case.step(&autodiff)?.0.iter().sum();
+            // The second step: the first also launches autotune's candidates.
+            let (warm, launches) = launches::count(&autodiff, || case.step(&autodiff));
+            let warm = warm?.0.iter().sum();
+            case.launches = launches;
             reps.push(if quick { 3 } else { repetitions(warm) });
         }
         let rounds = reps.iter().copied().max().unwrap_or(0);
@@ -278,6 +287,7 @@ impl Bench {
                     tokens_per_s: (w.batch * w.context) as f64 / timing.median_s,
                     phases_s,
                     timing,
+                    launches: case.launches,
                 }
             })
             .collect())
