@@ -147,7 +147,7 @@ fn bench_counts_the_kernels_of_a_step_on_wgpu() {
     let launches = rows[0]["launches"]
         .as_u64()
         .expect("a launch count on wgpu");
-    // Six layers of embedding, norms, projections, the chunked mixer, MLP, loss, their
+    // Four layers of embedding, norms, projections, the chunked mixer, MLP, loss, their
     // gradients and AdamW: hundreds of kernels, even fused by Burn.
     assert!(launches > 100, "{launches} launches: {report}");
 }

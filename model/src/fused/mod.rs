@@ -50,7 +50,9 @@ pub(crate) fn applies<const D: usize>(x: &Tensor<D>) -> bool {
     enabled() && x.dtype() == DType::F32 && on_host(&x.device())
 }
 
-fn on_host(device: &Device) -> bool {
+/// Whether `device` has the fused kernels (the CPU devices); the others run every op's
+/// composed form.
+pub fn on_host(device: &Device) -> bool {
     use burn::backend::DispatchDevice;
     match device.clone().inner().as_dispatch() {
         #[cfg(feature = "ndarray")]

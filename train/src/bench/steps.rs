@@ -215,7 +215,12 @@ impl Bench {
         quick: bool,
     ) -> Result<Vec<TrainRow>> {
         let autodiff = self.device.clone().autodiff();
-        let variants: &[bool] = if composed { &[true, false] } else { &[true] };
+        let variants: &[bool] = match (hla_model::fused::on_host(&self.device), composed) {
+            (true, true) => &[true, false],
+            (true, false) => &[true],
+            // No fused kernels there: every case is composed.
+            (false, _) => &[false],
+        };
         let all: Vec<MixerKind> = MixerKind::NAMES
             .iter()
             .map(|name| name.parse().expect("a mixer's own name"))
