@@ -20,8 +20,9 @@ use crate::prepare::Settings;
 use crate::tokenizer::TokenizerKind;
 
 /// The folder of `source` prepared with `settings` under `cache_dir`: the source's name and
-/// the tokenizer's, readable, then a hash of the source's full path and every setting, so
-/// that two corpora (`/x/big.jsonl`, `/y/big.jsonl`) or two settings never share a folder.
+/// the tokenizer's, readable, then a hash of the source's full path and every setting (a
+/// Hugging Face tokenizer by its path and contents), so that two corpora (`/x/big.jsonl`,
+/// `/y/big.jsonl`), two settings or an edited tokenizer file never share a folder.
 pub fn folder(cache_dir: &Path, source: &Path, settings: &Settings) -> PathBuf {
     #[derive(Serialize)]
     struct Key<'a> {
@@ -31,7 +32,12 @@ pub fn folder(cache_dir: &Path, source: &Path, settings: &Settings) -> PathBuf {
         train_fraction: f64,
     }
     let tokenizer = match &settings.tokenizer {
-        TokenizerKind::Hf(path) => format!("hf:{}", full_path(path).display()),
+        // A file that cannot be read keys by its path: loading it fails with its own message.
+        TokenizerKind::Hf(path) => format!(
+            "hf:{}:{}",
+            full_path(path).display(),
+            std::fs::read(path).map_or_else(|_| String::new(), |b| corpus::sha256(&b))
+        ),
         other => other.to_string(),
     };
     let key = Key {

@@ -95,6 +95,13 @@ fn corpora_of_one_name_never_share_a_folder() {
     for other in &others {
         assert_ne!(folder(other), folder(&base), "{other:?}");
     }
+    // A Hugging Face tokenizer by its contents too: an edited file is another tokenizer.
+    let tokenizer = write(d, "tokenizer.json", br#"{"version": 1}"#);
+    let hf = settings(TokenizerKind::Hf(tokenizer.clone()));
+    let before = folder(&hf);
+    assert_eq!(folder(&hf), before, "the same file, the same folder");
+    write(d, "tokenizer.json", br#"{"version": 2}"#);
+    assert_ne!(folder(&hf), before, "an edited tokenizer file");
     let name = px.dir.file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("big-char-"), "{name}");
 }
