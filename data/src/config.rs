@@ -8,7 +8,7 @@ use crate::DataError;
 use crate::cache;
 use crate::corpus::{self, sources::Sources};
 use crate::mqar::MqarConfig;
-use crate::prepare::{Settings, prepare};
+use crate::prepare::{Settings, prepare_with};
 use crate::prepared::Prepared;
 use crate::tokenizer::TokenizerKind;
 
@@ -85,6 +85,7 @@ impl DataConfig {
         corpus: &str,
         data_dir: &Path,
         cache_dir: &Path,
+        force: bool,
     ) -> Result<(Prepared, bool), DataError> {
         let source: PathBuf = corpus::resolve(corpus, data_dir)?;
         let sources = Sources::find(&source)?;
@@ -94,6 +95,6 @@ impl DataConfig {
             train_fraction: self.train_fraction,
         };
         let dir = cache::folder(cache_dir, &source, &settings);
-        prepare(&sources, &settings, &dir)
+        prepare_with(&sources, &settings, &dir, force)
     }
 }

@@ -41,9 +41,21 @@ pub fn prepare(
     settings: &Settings,
     dir: &Path,
 ) -> Result<(Prepared, bool), DataError> {
+    prepare_with(sources, settings, dir, false)
+}
+
+/// [`prepare`], tokenizing again when `force` even where the folder could be re-used (a
+/// source edited without a change of size or modification time, a suspect cache).
+pub fn prepare_with(
+    sources: &Sources,
+    settings: &Settings,
+    dir: &Path,
+    force: bool,
+) -> Result<(Prepared, bool), DataError> {
     let fingerprint = sources.fingerprint()?;
     let _lock = cache::lock(dir)?;
-    if let Ok(existing) = prepared::open(dir)
+    if !force
+        && let Ok(existing) = prepared::open(dir)
         && existing.meta.fingerprint == fingerprint
         && existing.meta.tokenizer == settings.tokenizer
         && existing.meta.text_field == settings.text_field

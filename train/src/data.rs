@@ -36,10 +36,12 @@ impl Data {
     pub fn load(config: &RunConfig) -> Result<Self> {
         Ok(match config.data.task()? {
             Task::Text { corpus } => {
-                let (prepared, _) =
-                    config
-                        .data
-                        .prepare_text(corpus, &corpus::data_dir(), &corpus::cache_dir())?;
+                let (prepared, _) = config.data.prepare_text(
+                    corpus,
+                    &corpus::data_dir(),
+                    &corpus::cache_dir(),
+                    false,
+                )?;
                 Self::text(prepared)
             }
             Task::Mqar(mqar) => Self::Mqar {

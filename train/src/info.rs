@@ -38,7 +38,7 @@ pub fn run(args: &Args) -> Result<()> {
         Task::Text { corpus } => {
             config
                 .data
-                .prepare_text(corpus, &corpus::data_dir(), &corpus::cache_dir())?
+                .prepare_text(corpus, &corpus::data_dir(), &corpus::cache_dir(), false)?
                 .0
                 .meta
                 .vocab_size

@@ -16,16 +16,22 @@ pub struct Args {
     /// Override a config value, e.g. `--set data.tokenizer=byte` (repeatable).
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     overrides: Vec<String>,
+    /// Tokenize again even where the cache holds a preparation of the same files (compared
+    /// by path, size and modification time) and settings.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let config = RunConfig::load(&args.config, &args.overrides)?;
     match config.data.task()? {
         Task::Text { corpus } => {
-            let (prepared, reused) =
-                config
-                    .data
-                    .prepare_text(corpus, &corpus::data_dir(), &corpus::cache_dir())?;
+            let (prepared, reused) = config.data.prepare_text(
+                corpus,
+                &corpus::data_dir(),
+                &corpus::cache_dir(),
+                args.force,
+            )?;
             let m = &prepared.meta;
             println!(
                 "{} {} ({} tokenizer, vocabulary {})",

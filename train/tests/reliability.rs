@@ -68,7 +68,13 @@ fn concurrent_preparations_are_safe() {
     assert!(x_got == x_text && y_got == y_text, "each its own tokens");
     let again = ok(d, &["prepare", "--config", &x]);
     assert!(again.starts_with("re-using"), "{again}");
-    assert_eq!(prepared_text(&again), (x_dir, x_text.clone()));
+    assert_eq!(prepared_text(&again), (x_dir.clone(), x_text.clone()));
+    let forced = ok(d, &["prepare", "--config", &x, "--force"]);
+    assert!(
+        forced.starts_with("prepared"),
+        "--force tokenizes again: {forced}"
+    );
+    assert_eq!(prepared_text(&forced), (x_dir, x_text.clone()));
 
     let byte = ["prepare", "--config", &x, "--set", "data.tokenizer=byte"];
     let twice = [spawn(d, &byte), spawn(d, &byte)];
