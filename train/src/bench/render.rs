@@ -108,11 +108,7 @@ fn render_train(md: &mut String, report: &Report) {
     }
     for (f, c) in pairs {
         let ratio = f.tokens_per_s / c.tokens_per_s;
-        let launches = match (c.launches, f.launches) {
-            (Some(c), Some(f)) => format!(" ({c} kernel launches per step composed, {f} fused)"),
-            _ => String::new(),
-        };
-        let _ = writeln!(md, "- {} {}: {ratio:.2}×{launches}", f.workload, f.mixer);
+        let _ = writeln!(md, "- {} {}: {ratio:.2}×", f.workload, f.mixer);
     }
     let _ = writeln!(md);
 }
