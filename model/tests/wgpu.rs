@@ -9,7 +9,7 @@ mod common;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{Case, Gates, MIXERS, Rng, input, rel_rms, tiny};
-use hla_model::hla::{Form, HlaState, Order, forward};
+use hla_model::hla::{Form, HlaInput, HlaState, Order, first, forward, second};
 use hla_model::lm::LmConfig;
 
 /// A GPU sums in another order than a CPU, so f32 results differ by more than between
@@ -92,6 +92,86 @@ fn hla_forms_match_the_cpu() {
         }
     }
     eprintln!("HLA on {gpu:?} vs {cpu:?}: largest relative RMS error {worst:.2e}");
+}
+
+/// The composed chunked form of `order` (first or second): `(o, final state)`.
+fn composed(order: Order, x: &HlaInput, state: HlaState, c: usize) -> (Tensor<4>, HlaState) {
+    match (order, state) {
+        (Order::First, HlaState::First(s)) => {
+            let (o, s) = first::chunked_composed(x, s, c);
+            (o, HlaState::First(s))
+        }
+        (Order::Second, HlaState::Second(s)) => {
+            let (o, s) = second::chunked_composed(x, s, c);
+            (o, HlaState::Second(s))
+        }
+        (order, _) => unreachable!("no kernel for {order:?}"),
+    }
+}
+
+/// The GPU kernels of the chunked forms (first and second order, the fixed decay or none)
+/// against their composed forms on the same device: outputs, final states and the
+/// gradients of q, k, v and the initial state within 1e-4 (relative RMS), for ragged
+/// lengths and an initial state.
+#[test]
+fn gpu_kernels_match_their_composed_forms() {
+    let ad = gpu().autodiff();
+    let mut worst: f64 = 0.0;
+    for order in [Order::First, Order::Second] {
+        for gates in [Gates::None, Gates::Fixed] {
+            for (time, chunk, dv) in [(1, 8, 4), (17, 8, 4), (40, 16, 6)] {
+                let case = Case {
+                    gates,
+                    time,
+                    dv,
+                    init_state: true,
+                    ..Case::new(order)
+                };
+                let mut runs = Vec::new();
+                for kernel in [true, false] {
+                    let (qkv, log_g, init) = case.tensors(&ad);
+                    let qkv: Vec<Tensor<4>> = qkv.into_iter().map(Tensor::require_grad).collect();
+                    let init: Vec<Tensor<4>> = init
+                        .expect("an initial state")
+                        .into_iter()
+                        .map(Tensor::require_grad)
+                        .collect();
+                    let x = input(&qkv, &log_g);
+                    let state = HlaState::from_tensors(order, init.clone());
+                    let (o, state) = if kernel {
+                        forward(order, Form::Chunked(chunk), x, Some(state), case.output)
+                    } else {
+                        composed(order, &x, state, chunk)
+                    };
+                    let mut rng = Rng::new(99);
+                    let mut loss = (o.clone() * rng.tensor(o.dims(), 1.0, &ad)).sum();
+                    let mut out = vec![o.clone()];
+                    for s in state.tensors() {
+                        loss = loss + (s.clone() * rng.tensor(s.dims(), 1.0, &ad)).sum();
+                        out.push(s);
+                    }
+                    let grads = loss.backward();
+                    for x in qkv.iter().chain(&init) {
+                        out.push(x.grad(&grads).expect("gradient"));
+                    }
+                    runs.push(
+                        out.into_iter()
+                            .map(|t| to_cpu(t.inner()))
+                            .collect::<Vec<_>>(),
+                    );
+                }
+                for (i, (got, want)) in runs[0].iter().zip(&runs[1]).enumerate() {
+                    let err = rel_rms(got, want);
+                    assert!(
+                        err <= 1e-4,
+                        "{order:?} T={time} chunk {chunk}, result {i}: kernel vs composed {err:.3e} for {case:?}"
+                    );
+                    worst = worst.max(err);
+                }
+            }
+        }
+    }
+    eprintln!("GPU kernels vs composed forms: largest relative RMS error {worst:.2e}");
 }
 
 fn tokens(batch: usize, time: usize, vocab: usize, device: &Device) -> Tensor<2, Int> {

@@ -8,10 +8,19 @@
 //! replaces, which stays as its test oracle and serves every other device (wgpu).
 //!
 //! [`applies`] routes: a fused op runs for f32 tensors on a CPU device while
-//! [`set_enabled`] has not turned the kernels off.
+//! [`set_enabled`] has not turned the kernels off. On CubeCL devices (wgpu, cuda) the
+//! chunk-parallel HLA forms of first and second order run their GPU kernels ([`cube`],
+//! [`crate::hla::cube`]) under the same switch.
 
-#[cfg(any(feature = "ndarray", feature = "flex"))]
+#[cfg(any(
+    feature = "ndarray",
+    feature = "flex",
+    feature = "wgpu",
+    feature = "cuda"
+))]
 mod autodiff;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod gemm;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
@@ -59,6 +68,16 @@ pub fn on_host(device: &Device) -> bool {
         DispatchDevice::NdArray(_) => true,
         #[cfg(feature = "flex")]
         DispatchDevice::Flex(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether `device` is a CubeCL device (wgpu, cuda), which runs the GPU kernels
+/// ([`crate::hla::cube`]).
+pub fn on_cube(device: &Device) -> bool {
+    match device.clone().inner().as_dispatch() {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        burn::backend::DispatchDevice::Cube(_) => true,
         _ => false,
     }
 }

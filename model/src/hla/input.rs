@@ -95,6 +95,13 @@ impl HlaInput {
         self.q.dims()[2]
     }
 
+    /// The log gates, or zeros `[1, 1, time]` (no decay): the kernels' gates argument.
+    pub(crate) fn gates_or_zeros(&self) -> Tensor<3> {
+        self.log_g
+            .clone()
+            .unwrap_or_else(|| Tensor::zeros([1, 1, self.time()], &self.q.device()))
+    }
+
     /// Heads of the key moment `S`: one only when both keys and gates are shared.
     pub(crate) fn key_state_heads(&self) -> usize {
         let gate_heads = self.log_g.as_ref().map_or(1, |g| g.dims()[1]);

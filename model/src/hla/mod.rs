@@ -30,6 +30,8 @@
 
 pub mod ahla;
 mod chunks;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 mod decay;
 pub mod first;
 #[cfg(any(feature = "ndarray", feature = "flex"))]

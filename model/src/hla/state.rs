@@ -123,6 +123,21 @@ pub(crate) fn pack_state(parts: Vec<Tensor<4>>) -> Tensor<1> {
     Tensor::cat(rows, 1).reshape([-1])
 }
 
+/// A kernel's packed `[o, final state]` for `input` as `o [batch, heads, time, dv]` and
+/// the state's tensors (in the order of [`HlaState::tensors`]).
+pub(crate) fn unpack_output(
+    packed: Tensor<1>,
+    order: Order,
+    input: &HlaInput,
+) -> (Tensor<4>, Vec<Tensor<4>>) {
+    let [b, h, t, d] = input.q.dims();
+    let dv = input.v.dims()[3];
+    let o_len = b * h * t * dv;
+    let state = packed.clone().narrow(0, o_len, packed.dims()[0] - o_len);
+    let o = packed.narrow(0, 0, o_len).reshape([b, h, t, dv]);
+    (o, unpack_state(state, [b, h], &state_parts(order, d, dv)))
+}
+
 /// The inverse of [`pack_state`] for `[batch, heads]` and each head's `parts`.
 pub(crate) fn unpack_state(
     packed: Tensor<1>,

@@ -2,6 +2,8 @@
 //! the baseline HLA is compared with, in the same three forms and with the same options.
 
 mod chunked;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod fused;
 pub(crate) mod recurrent;

@@ -17,7 +17,7 @@ mod tests;
 use burn::prelude::*;
 
 use super::state::OrderState;
-pub(crate) use super::state::{pack_state, state_len, state_parts, unpack_state};
+pub(crate) use super::state::{pack_state, state_len, state_parts, unpack_output, unpack_state};
 use super::{HlaInput, HlaState, Order, ahla, first, second, third};
 use crate::fused::gemm::{Layout, matmul};
 pub(crate) use decay::{
@@ -48,9 +48,7 @@ pub(crate) fn chunked(
     chunk: usize,
 ) -> (Tensor<4>, Vec<Tensor<4>>) {
     use crate::fused::FusedOps;
-    let [b, h, t, d] = input.q.dims();
-    let dv = input.v.dims()[3];
-    let log_g = log_gates(input);
+    let log_g = input.gates_or_zeros();
     let kernel = Kernel {
         order,
         chunk,
@@ -64,11 +62,7 @@ pub(crate) fn chunked(
         pack_state(state).into_dispatch(),
         kernel,
     );
-    let packed = Tensor::<1>::from_dispatch(packed);
-    let o_len = b * h * t * dv;
-    let state = packed.clone().narrow(0, o_len, packed.dims()[0] - o_len);
-    let o = packed.narrow(0, 0, o_len).reshape([b, h, t, dv]);
-    (o, unpack_state(state, [b, h], &state_parts(order, d, dv)))
+    unpack_output(Tensor::from_dispatch(packed), order, input)
 }
 
 /// The highest power of the decay `order`'s chunk step uses.
@@ -196,14 +190,6 @@ pub(crate) struct Grads<'a> {
     pub(crate) v: &'a mut [f32],
     pub(crate) state: &'a mut [f32],
     pub(crate) gates: Option<&'a mut [f32]>,
-}
-
-/// `input`'s log gates, or zeros `[1, 1, time]` (no decay).
-pub(crate) fn log_gates(input: &HlaInput) -> Tensor<3> {
-    input.log_g.clone().unwrap_or_else(|| {
-        let device = input.q.device();
-        Tensor::zeros([1, 1, input.time()], &device)
-    })
 }
 
 /// One sequence and head's inputs: `q`, `k` `[time, d]`, `v` `[time, dv]` row-major and

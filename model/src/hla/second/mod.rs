@@ -2,6 +2,8 @@
 //! `o_t = Σ_{j≤t} Σ_{i≤j} w(t,i) w(t,j) (q_t·k_i)(q_j·k_i) v_j`, with `w(t,x) = Π_{x<s≤t} g_s`.
 
 mod chunked;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod fused;
 pub(crate) mod recurrent;

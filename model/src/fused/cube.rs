@@ -1,0 +1,170 @@
+//! The GPU kernels as Burn backend extensions, in two layers.
+//!
+//! [`CubeKernels`] is one launch per method on Burn's CubeCL backend; on the fusion
+//! backend every GPU device runs (`Cube = Fusion<CubeBackend>`) each call is queued as
+//! one custom op. [`CubeOps`] is what models call: the dispatch routes a GPU tensor to
+//! it, and its autodiff wrapper records one graph node whose backward pass is the
+//! backward kernel (the CPU fused ops' [`super::autodiff::record`]).
+
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::fusion::custom::TensorSpec;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Cube, backend_extension};
+use burn::tensor::Shape;
+use burn_cubecl::CubeBackend;
+
+use super::autodiff::record;
+use crate::hla::cube::{self as hla_cube, Kernel, Sizes};
+
+/// Kernel launches on a CubeCL backend. Shapes are [`hla_cube::forward`]'s and
+/// [`hla_cube::backward`]'s; every tensor is f32.
+#[backend_extension(Cube, Fusion)]
+pub(crate) trait CubeKernels: Backend {
+    /// The chunked HLA of `kernel`: the packed `[o, final state]` and every chunk's start
+    /// state.
+    #[fusion(meta = forward_specs)]
+    fn hla_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        state: FloatTensor<Self>,
+        kernel: Kernel,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// Its backward pass: `(∂q, ∂k, ∂v, ∂log g, ∂state₀)`.
+    #[allow(clippy::type_complexity)]
+    #[fusion(meta = backward_specs)]
+    fn hla_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        starts: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kernel: Kernel,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    );
+}
+
+/// The outputs of [`CubeKernels::hla_forward`] for its inputs.
+fn forward_specs(
+    q: &TensorSpec,
+    _k: &TensorSpec,
+    v: &TensorSpec,
+    _log_g: &TensorSpec,
+    _state: &TensorSpec,
+    kernel: &Kernel,
+) -> (TensorSpec, TensorSpec) {
+    let n = Sizes::new(&q.shape, &v.shape, *kernel);
+    let spec = |len| TensorSpec::new(Shape::new([len]), q.dtype);
+    (spec(n.packed()), spec(n.starts()))
+}
+
+/// The outputs of [`CubeKernels::hla_backward`] for its inputs.
+fn backward_specs(
+    q: &TensorSpec,
+    k: &TensorSpec,
+    v: &TensorSpec,
+    log_g: &TensorSpec,
+    _starts: &TensorSpec,
+    _grad: &TensorSpec,
+    kernel: &Kernel,
+) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
+    let n = Sizes::new(&q.shape, &v.shape, *kernel);
+    let state = TensorSpec::new(Shape::new([n.state()]), q.dtype);
+    (q.clone(), k.clone(), v.clone(), log_g.clone(), state)
+}
+
+impl CubeKernels for CubeBackend {
+    fn hla_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        state: FloatTensor<Self>,
+        kernel: Kernel,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        hla_cube::forward([q, k, v, log_g, state], kernel)
+    }
+
+    fn hla_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        starts: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        kernel: Kernel,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        let [dq, dk, dv, dg, ds] = hla_cube::backward([q, k, v, log_g, starts], grad, kernel);
+        (dq, dk, dv, dg, ds)
+    }
+}
+
+/// Ops with a GPU kernel, routed by the dispatch (shapes are the callers').
+#[backend_extension(Autodiff, Cube)]
+pub(crate) trait CubeOps: Backend {
+    /// HLA of `kernel.order` in chunks of `kernel.chunk` from the state packed per head:
+    /// the packed output and final state ([`crate::hla::cube`]).
+    fn hla_chunked(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        state: FloatTensor<Self>,
+        kernel: Kernel,
+    ) -> FloatTensor<Self>;
+}
+
+impl CubeOps for Cube {
+    fn hla_chunked(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        state: FloatTensor<Self>,
+        kernel: Kernel,
+    ) -> FloatTensor<Self> {
+        Self::hla_forward(q, k, v, log_g, state, kernel).0
+    }
+}
+
+impl<C: CheckpointStrategy> CubeOps for Autodiff<Cube, C> {
+    fn hla_chunked(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        log_g: FloatTensor<Self>,
+        state: FloatTensor<Self>,
+        kernel: Kernel,
+    ) -> FloatTensor<Self> {
+        record::<Cube, C, 5>(
+            [q, k, v, log_g, state],
+            |[q, k, v, log_g, state]| {
+                let saved = [q.clone(), k.clone(), v.clone(), log_g.clone()];
+                let (packed, starts) = Cube::hla_forward(q, k, v, log_g, state, kernel);
+                let mut saved = saved.to_vec();
+                saved.push(starts);
+                (packed, saved)
+            },
+            move |saved, grad| {
+                let [q, k, v, log_g, starts] = <[_; 5]>::try_from(saved)
+                    .unwrap_or_else(|_| unreachable!("saved q, k, v, log g and the starts"));
+                let (dq, dk, dv, dg, ds) = Cube::hla_backward(q, k, v, log_g, starts, grad, kernel);
+                [dq, dk, dv, dg, ds]
+            },
+        )
+    }
+}

@@ -1,0 +1,230 @@
+//! The chunk-parallel forms of first and second order on CubeCL devices (wgpu, cuda): one
+//! kernel launch forward and one backward, in place of the composed form's hundreds of
+//! small ops and their autodiff nodes.
+//!
+//! Each order's kernels ([`super::first::cube`], [`super::second::cube`]) follow its CPU
+//! fused form ([`super::first::fused`], …) equation by equation: one cube per sequence and
+//! head walks its chunks in order (the recurrence over chunks, spec §5) and carries the
+//! state; the forward pass saves every chunk's start state, from which the backward pass
+//! walks the chunks back. The composed form stays their test oracle and serves what the
+//! kernels do not cover: third order, AHLA and the gates' gradient (data-dependent decay).
+//! The fixed decay (gates without a gradient) and the masked denominator (one more value
+//! column) run here.
+
+pub(crate) mod blocks;
+
+use burn::backend::TensorMetadata;
+use burn::prelude::*;
+use burn::tensor::{DType, Shape};
+use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::{empty_device_contiguous_dtype, zeros_client};
+use burn_cubecl::tensor::CubeTensor;
+
+use super::state::{OrderState, state_len, unpack_output};
+use super::{HlaInput, HlaState, Order, first, second};
+
+/// What one kernel call computes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Kernel {
+    pub(crate) order: Order,
+    pub(crate) chunk: usize,
+}
+
+/// Whether `order`'s chunked form of `input` runs these kernels: first or second order, f32
+/// on a CubeCL device with the kernels on, keys per head, and gates without a gradient.
+pub(crate) fn applies(order: Order, input: &HlaInput) -> bool {
+    matches!(order, Order::First | Order::Second)
+        && crate::fused::enabled()
+        && input.q.dtype() == DType::F32
+        && crate::fused::on_cube(&input.q.device())
+        && input.k.dims()[1] == input.q.dims()[1]
+        && input.log_g.as_ref().is_none_or(|g| !g.is_tracked())
+}
+
+/// The kernels' form of an order's chunked form (`first::chunked`, …; same arguments and
+/// results).
+pub(crate) fn run<S: OrderState>(input: &HlaInput, state: S, chunk: usize) -> (Tensor<4>, S) {
+    use crate::fused::cube::CubeOps;
+    let order = S::ORDER;
+    let state = state.into_state().tensors();
+    let packed = <burn::backend::Dispatch as CubeOps>::hla_chunked(
+        input.q.clone().into_dispatch(),
+        input.k.clone().into_dispatch(),
+        input.v.clone().into_dispatch(),
+        input.gates_or_zeros().into_dispatch(),
+        super::state::pack_state(state).into_dispatch(),
+        Kernel { order, chunk },
+    );
+    let (o, parts) = unpack_output(Tensor::from_dispatch(packed), order, input);
+    (o, S::from_state(HlaState::from_tensors(order, parts)))
+}
+
+/// The sizes of a call, from `q`, `v` and the gates `[gb, gh, time]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sizes {
+    sequences: usize,
+    heads: usize,
+    time: usize,
+    d: usize,
+    dv: usize,
+    chunks: usize,
+    /// Floats of one head's state.
+    len: usize,
+}
+
+impl Sizes {
+    pub(crate) fn new(q: &Shape, v: &Shape, kernel: Kernel) -> Self {
+        let ([b, heads, time, d], dv) = (q.dims::<4>(), v[3]);
+        Self {
+            sequences: b * heads,
+            heads,
+            time,
+            d,
+            dv,
+            chunks: time.div_ceil(kernel.chunk),
+            len: state_len(kernel.order, d, dv),
+        }
+    }
+
+    /// Floats of the packed `[o, final state]`.
+    pub(crate) fn packed(&self) -> usize {
+        self.sequences * (self.time * self.dv + self.len)
+    }
+
+    /// Floats of the state of every sequence and head.
+    pub(crate) fn state(&self) -> usize {
+        self.sequences * self.len
+    }
+
+    /// Floats of every chunk's start state.
+    pub(crate) fn starts(&self) -> usize {
+        self.sequences * self.chunks * self.len
+    }
+}
+
+/// Units per cube (wgpu's portable limit).
+const UNITS: u32 = 256;
+
+/// Workspace floats of one cube of `kernel`, forward and backward.
+fn workspace(kernel: Kernel, n: &Sizes) -> [usize; 2] {
+    let (c, d, dv) = (kernel.chunk, n.d, n.dv);
+    match kernel.order {
+        Order::First => first::cube::workspace(c, d, dv),
+        Order::Second => second::cube::workspace(c, d, dv),
+        order => unreachable!("no kernel for {order:?} (see `applies`)"),
+    }
+}
+
+/// An uninitialised contiguous f32 tensor on `like`'s device.
+fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
+    let (client, device) = (like.client.clone(), like.device.clone());
+    empty_device_contiguous_dtype(client, device, Shape::new(dims), DType::F32)
+}
+
+/// One cube per sequence and head.
+fn grid(like: &CubeTensor, n: &Sizes) -> (CubeCount, CubeDim) {
+    let units = like.client.properties().hardware.max_cube_dim.0.min(UNITS);
+    (
+        CubeCount::Static(n.sequences as u32, 1, 1),
+        CubeDim::new_1d(units),
+    )
+}
+
+/// `[q, k, v, log g [gb, gh, time], state]` (the state packed per head) → the packed
+/// `[o, final state]` and every chunk's start state.
+pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: Kernel) -> (CubeTensor, CubeTensor) {
+    let [q, k, v, log_g, state] = inputs.map(into_contiguous);
+    let n = Sizes::new(&q.shape(), &v.shape(), kernel);
+    let [gb, gh, _] = log_g.shape().dims::<3>();
+    let (packed, starts) = (empty(&q, [n.packed()]), empty(&q, [n.starts()]));
+    let ws = empty(&q, [n.sequences, workspace(kernel, &n)[0]]);
+    let ((count, dim), client) = (grid(&q, &n), q.client.clone());
+    let (chunk, heads) = (kernel.chunk, n.heads);
+    macro_rules! launch {
+        ($order:ident) => {
+            $order::cube::forward::launch(
+                &client,
+                count,
+                dim,
+                q.into_tensor_arg(),
+                k.into_tensor_arg(),
+                v.into_tensor_arg(),
+                log_g.into_tensor_arg(),
+                state.into_tensor_arg(),
+                packed.clone().into_tensor_arg(),
+                starts.clone().into_tensor_arg(),
+                ws.into_tensor_arg(),
+                n.time,
+                n.d,
+                n.dv,
+                chunk,
+                heads,
+                gb,
+                gh,
+            )
+        };
+    }
+    match kernel.order {
+        Order::First => launch!(first),
+        Order::Second => launch!(second),
+        order => unreachable!("no kernel for {order:?} (see `applies`)"),
+    }
+    (packed, starts)
+}
+
+/// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `[∂q, ∂k,
+/// ∂v, ∂log g, ∂state₀]` (the gates' gradient zero: see [`applies`]).
+pub(crate) fn backward(
+    saved: [CubeTensor; 5],
+    grad: CubeTensor,
+    kernel: Kernel,
+) -> [CubeTensor; 5] {
+    let [q, k, v, log_g, starts] = saved.map(into_contiguous);
+    let grad = into_contiguous(grad);
+    let n = Sizes::new(&q.shape(), &v.shape(), kernel);
+    let g_shape = log_g.shape();
+    let [gb, gh, _] = g_shape.dims::<3>();
+    let (dq, dk) = (
+        empty(&q, q.shape().dims::<4>()),
+        empty(&q, k.shape().dims::<4>()),
+    );
+    let (dv, dstate) = (empty(&q, v.shape().dims::<4>()), empty(&q, [n.state()]));
+    let ws = empty(&q, [n.sequences, workspace(kernel, &n)[1]]);
+    let ((count, dim), client) = (grid(&q, &n), q.client.clone());
+    let (chunk, heads) = (kernel.chunk, n.heads);
+    macro_rules! launch {
+        ($order:ident) => {
+            $order::cube::backward::launch(
+                &client,
+                count,
+                dim,
+                q.into_tensor_arg(),
+                k.into_tensor_arg(),
+                v.into_tensor_arg(),
+                log_g.into_tensor_arg(),
+                starts.into_tensor_arg(),
+                grad.into_tensor_arg(),
+                dq.clone().into_tensor_arg(),
+                dk.clone().into_tensor_arg(),
+                dv.clone().into_tensor_arg(),
+                dstate.clone().into_tensor_arg(),
+                ws.into_tensor_arg(),
+                n.time,
+                n.d,
+                n.dv,
+                chunk,
+                heads,
+                gb,
+                gh,
+            )
+        };
+    }
+    match kernel.order {
+        Order::First => launch!(first),
+        Order::Second => launch!(second),
+        order => unreachable!("no kernel for {order:?} (see `applies`)"),
+    }
+    let dlog_g = zeros_client(client, dq.device.clone(), g_shape, DType::F32);
+    [dq, dk, dv, dlog_g, dstate]
+}
