@@ -125,7 +125,8 @@ fn bench_runs_on_wgpu() {
     );
 }
 
-/// A training step on the GPU is counted in kernel launches (cubecl's launch observer).
+/// A training step on the GPU is counted in kernel launches (cubecl's launch observer),
+/// with the chunked mixer's kernels and with its composed form: the kernels launch fewer.
 #[test]
 fn bench_counts_the_kernels_of_a_step_on_wgpu() {
     let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
@@ -139,15 +140,25 @@ fn bench_counts_the_kernels_of_a_step_on_wgpu() {
         "nanogpt",
         "--mixer",
         "hla2",
+        "--composed",
         "--json",
     ]));
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
     let rows = report["train"].as_array().expect("train rows");
-    assert_eq!(rows.len(), 1, "{report}");
-    let launches = rows[0]["launches"]
-        .as_u64()
-        .expect("a launch count on wgpu");
-    // Four layers of embedding, norms, projections, the chunked mixer, MLP, loss, their
-    // gradients and AdamW: hundreds of kernels, even fused by Burn.
-    assert!(launches > 100, "{launches} launches: {report}");
+    assert_eq!(rows.len(), 2, "{report}");
+    let launches = |fused: bool| {
+        let row = rows
+            .iter()
+            .find(|r| r["fused"] == fused)
+            .expect("both cases");
+        row["launches"].as_u64().expect("a launch count on wgpu")
+    };
+    let (kernels, composed) = (launches(true), launches(false));
+    // Four layers of embedding, norms, projections, the mixer, MLP, loss, their gradients
+    // and AdamW: hundreds of kernels, even fused by Burn.
+    assert!(kernels > 100, "{kernels} launches: {report}");
+    assert!(
+        kernels < composed,
+        "the kernels launched {kernels}, the composed form {composed}: {report}"
+    );
 }

@@ -59,8 +59,8 @@ pub struct Args {
     /// Seed of the random inputs and weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Also measure every training step with the fused CPU kernels off (their composed
-    /// forms), in the same rounds.
+    /// Also measure every training step with the fused kernels off (their composed
+    /// forms), in the same rounds: the CPU kernels, or on a GPU the chunked HLA's.
     #[arg(long)]
     composed: bool,
     /// Train section: only these mixers (default: all).

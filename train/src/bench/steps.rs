@@ -106,7 +106,8 @@ pub(super) struct TrainRow {
     #[serde(default = "chars")]
     pub(super) vocab: usize,
     pub(super) parameters: usize,
-    /// Whether the fused CPU kernels ran (off: every op's composed form).
+    /// Whether the fused kernels ran (the CPU kernels, or on a GPU the chunked HLA's; off:
+    /// every op's composed form).
     pub(super) fused: bool,
     pub(super) steps_per_s: f64,
     pub(super) tokens_per_s: f64,
@@ -215,12 +216,6 @@ impl Bench {
         quick: bool,
     ) -> Result<Vec<TrainRow>> {
         let autodiff = self.device.clone().autodiff();
-        let variants: &[bool] = match (hla_model::fused::on_host(&self.device), composed) {
-            (true, true) => &[true, false],
-            (true, false) => &[true],
-            // No fused kernels there: every case is composed.
-            (false, _) => &[false],
-        };
         let all: Vec<MixerKind> = MixerKind::NAMES
             .iter()
             .map(|name| name.parse().expect("a mixer's own name"))
@@ -230,6 +225,13 @@ impl Bench {
         let wanted = |w: &Workload| workloads.is_empty() || workloads.iter().any(|n| n == w.name);
         for workload in WORKLOADS.iter().filter(|w| wanted(w)) {
             for &mixer in mixers {
+                let decay = (workload.model)().lm_config(workload.vocab).decay;
+                let variants: &[bool] = match (mixer.has_kernels(decay, &self.device), composed) {
+                    (true, true) => &[true, false],
+                    (true, false) => &[true],
+                    // No fused kernels for it there: the case is composed.
+                    (false, _) => &[false],
+                };
                 for &fused in variants {
                     cases.push(Case::new(
                         workload,

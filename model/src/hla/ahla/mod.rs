@@ -4,6 +4,8 @@
 //! paper's Algorithm 2 does for a fixed γ.
 
 mod chunked;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod fused;
 pub(crate) mod recurrent;
