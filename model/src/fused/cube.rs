@@ -1,4 +1,5 @@
-//! The GPU kernels as Burn backend extensions, in two layers.
+//! The GPU kernels (the chunked HLA forms, causal attention) as Burn backend extensions,
+//! in two layers.
 //!
 //! [`CubeKernels`] is one launch per method on Burn's CubeCL backend; on the fusion
 //! backend every GPU device runs (`Cube = Fusion<CubeBackend>`) each call is queued as
@@ -15,6 +16,7 @@ use burn_cubecl::CubeBackend;
 
 use super::autodiff::record;
 use crate::hla::cube::{self as hla_cube, Kernel, Sizes};
+use crate::lm::attention;
 
 /// Kernel launches on a CubeCL backend. Shapes are [`hla_cube::forward`]'s and
 /// [`hla_cube::backward`]'s; every tensor is f32.
@@ -50,6 +52,44 @@ pub(crate) trait CubeKernels: Backend {
         FloatTensor<Self>,
         FloatTensor<Self>,
     );
+
+    /// Causal attention of queries from position `start`: `o` and every query's
+    /// log-sum-exp ([`attention::cube`]).
+    #[fusion(meta = attention_specs)]
+    fn attention_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        start: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// Its backward pass: `(∂q, ∂k, ∂v)`.
+    #[fusion(meta = |q, k, v, _o, _lse, _grad, _start| (q.clone(), k.clone(), v.clone()))]
+    fn attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        o: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        start: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// The outputs of [`CubeKernels::attention_forward`] for its inputs.
+fn attention_specs(
+    q: &TensorSpec,
+    _k: &TensorSpec,
+    v: &TensorSpec,
+    _start: &usize,
+) -> (TensorSpec, TensorSpec) {
+    let mut o = q.shape.clone();
+    o[3] = v.shape[3];
+    let rows = q.shape[0] * q.shape[1] * q.shape[2];
+    (
+        TensorSpec::new(o, q.dtype),
+        TensorSpec::new(Shape::new([rows]), q.dtype),
+    )
 }
 
 /// The outputs of [`CubeKernels::hla_forward`] for its inputs.
@@ -111,6 +151,28 @@ impl CubeKernels for CubeBackend {
         let [dq, dk, dv, dg, ds] = hla_cube::backward([q, k, v, log_g, starts], grad, kernel);
         (dq, dk, dv, dg, ds)
     }
+
+    fn attention_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        start: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        attention::cube::forward([q, k, v], start)
+    }
+
+    fn attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        o: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        start: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let [dq, dk, dv] = attention::cube::backward([q, k, v, o, lse], grad, start);
+        (dq, dk, dv)
+    }
 }
 
 /// Ops with a GPU kernel, routed by the dispatch (shapes are the callers').
@@ -126,6 +188,15 @@ pub(crate) trait CubeOps: Backend {
         state: FloatTensor<Self>,
         kernel: Kernel,
     ) -> FloatTensor<Self>;
+
+    /// Causal attention of queries from position `start`,
+    /// [`attention::causal_attention`].
+    fn attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        start: usize,
+    ) -> FloatTensor<Self>;
 }
 
 impl CubeOps for Cube {
@@ -138,6 +209,15 @@ impl CubeOps for Cube {
         kernel: Kernel,
     ) -> FloatTensor<Self> {
         Self::hla_forward(q, k, v, log_g, state, kernel).0
+    }
+
+    fn attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        start: usize,
+    ) -> FloatTensor<Self> {
+        Self::attention_forward(q, k, v, start).0
     }
 }
 
@@ -164,6 +244,27 @@ impl<C: CheckpointStrategy> CubeOps for Autodiff<Cube, C> {
                     .unwrap_or_else(|_| unreachable!("saved q, k, v, log g and the starts"));
                 let (dq, dk, dv, dg, ds) = Cube::hla_backward(q, k, v, log_g, starts, grad, kernel);
                 [dq, dk, dv, dg, ds]
+            },
+        )
+    }
+
+    fn attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        start: usize,
+    ) -> FloatTensor<Self> {
+        record::<Cube, C, 3>(
+            [q, k, v],
+            |[q, k, v]| {
+                let (o, lse) = Cube::attention_forward(q.clone(), k.clone(), v.clone(), start);
+                (o.clone(), vec![q, k, v, o, lse])
+            },
+            move |saved, grad| {
+                let [q, k, v, o, lse] = <[_; 5]>::try_from(saved)
+                    .unwrap_or_else(|_| unreachable!("saved q, k, v, o and lse"));
+                let (dq, dk, dv) = Cube::attention_backward(q, k, v, o, lse, grad, start);
+                [dq, dk, dv]
             },
         )
     }

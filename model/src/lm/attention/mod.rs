@@ -1,9 +1,12 @@
 //! Causal softmax attention, `softmax(q kᵀ / √d) v`, of queries at positions
 //! `start .. start + Tq` over keys `0 .. Tk`: query `i` sees keys `j ≤ start + i`. On CPU
 //! devices one fused kernel each way ([`fused`]): tiled with an online softmax, no `Tq × Tk`
-//! tensor in the forward or the backward pass (FlashAttention-2's algorithm). Elsewhere
-//! Burn's attention op.
+//! tensor in the forward or the backward pass (FlashAttention-2's algorithm). On CubeCL
+//! devices (wgpu, cuda) kernels with the same algorithm, one unit per row ([`cube`]).
+//! Elsewhere Burn's attention op.
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 pub(crate) mod fused;
 
 use burn::prelude::*;
@@ -17,6 +20,20 @@ pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, start: usize) 
     if crate::fused::applies(&q) {
         use crate::fused::FusedOps;
         let o = <burn::backend::Dispatch as FusedOps>::attention(
+            q.into_dispatch(),
+            k.into_dispatch(),
+            v.into_dispatch(),
+            start,
+        );
+        return Tensor::from_dispatch(o);
+    }
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if crate::fused::enabled()
+        && q.dtype() == burn::tensor::DType::F32
+        && crate::fused::on_cube(&q.device())
+    {
+        use crate::fused::cube::CubeOps;
+        let o = <burn::backend::Dispatch as CubeOps>::attention(
             q.into_dispatch(),
             k.into_dispatch(),
             v.into_dispatch(),
