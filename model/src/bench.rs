@@ -32,6 +32,17 @@ impl Operator {
         Self::Softmax,
     ];
 
+    /// Whether a fused kernel computes this operator on `device` (every one on a CPU device;
+    /// on a GPU device the chunked first- and second-order forms and softmax attention).
+    pub fn has_kernels(self, device: &Device) -> bool {
+        crate::fused::on_host(device)
+            || (crate::fused::on_cube(device)
+                && matches!(
+                    self,
+                    Self::Hla2Chunked | Self::LinearChunked | Self::Softmax
+                ))
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Hla2Chunked => "hla2-chunked",

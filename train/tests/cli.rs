@@ -267,6 +267,35 @@ fn bench_reports_json_and_tables() {
     assert!(tables.contains("- square 512×512×512: "), "{tables}");
 }
 
+/// `hla bench --operator-shape B,H,D` sizes the operator problem (reported, and in the
+/// chunk-shaped matmul), and `--composed` times every operator also without its fused
+/// kernel, in the same rounds.
+#[test]
+fn bench_takes_the_operator_shape_and_composed_operators() {
+    let (report, tables) = quick_bench("matmul", &["--operator-shape", "2,3,16"]);
+    assert_eq!(
+        [&report["batch"], &report["heads"], &report["d"], &report["dv"]],
+        [2, 3, 16, 16],
+        "{report}"
+    );
+    assert!(tables.contains("×16×64): "), "{tables}");
+
+    let (report, _) = quick_bench("operators", &["--operator-shape", "1,1,8", "--composed"]);
+    let rows = report["operators"].as_array().expect("operator rows");
+    let count = |name: &str| rows.iter().filter(|r| r["operator"] == name).count();
+    for op in ["hla2-chunked", "linear-chunked", "softmax"] {
+        let composed = format!("{op} composed");
+        assert_eq!(count(op), 8, "{op} at 4 lengths, 2 passes: {report}");
+        assert_eq!(count(&composed), 8, "{composed}: {report}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let output = hla(dir.path(), &["bench", "--operator-shape", "2,0,16"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not three positive integers"), "{stderr}");
+}
+
 /// `hla bench --only decode`: every mixer at every position, each timed over the same
 /// rounds; HLA's state bytes do not grow, softmax attention's KV cache does; only the
 /// decode section is rendered.

@@ -4,7 +4,7 @@ use anyhow::Result;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, DIM, HEADS};
+use super::Bench;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct MatmulRow {
@@ -17,12 +17,12 @@ impl Bench {
     /// A square `n³` matmul and the batched chunk-shaped `Q Kᵀ` of the longest sequence,
     /// the two references for the chunked form's GFLOP/s.
     pub(super) fn matmuls(&self, n: usize, time: usize, chunk: usize) -> Result<Vec<MatmulRow>> {
-        let chunks = HEADS * time.div_ceil(chunk);
+        let (d, chunks) = (self.problem.d, self.problem.heads * time.div_ceil(chunk));
         let cases = [
             (format!("square {n}×{n}×{n}"), [1, 1, n, n, n]),
             (
-                format!("chunk-shaped {chunks}×({chunk}×{DIM}×{chunk})"),
-                [1, chunks, chunk, DIM, chunk],
+                format!("chunk-shaped {chunks}×({chunk}×{d}×{chunk})"),
+                [self.problem.batch, chunks, chunk, d, chunk],
             ),
         ];
         let mut rows = Vec::new();

@@ -59,10 +59,16 @@ pub struct Args {
     /// Seed of the random inputs and weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Also measure every training step with the fused kernels off (their composed
-    /// forms), in the same rounds: the CPU kernels, or on a GPU the chunked HLA's.
+    /// Also measure every training step and operator with the fused kernels off (their
+    /// composed forms), in the same rounds: the CPU kernels, or on a GPU the chunked HLA's
+    /// and the attention's.
     #[arg(long)]
     composed: bool,
+    /// Operators, matmul and sweep sections: batch, heads and head width of the operator
+    /// problem, `B,H,D` (`d = dv`; default the issue-15 shape; e.g. `4,16,128` for
+    /// flash-linear-attention's published chunk_gla figure).
+    #[arg(long, value_name = "B,H,D", default_value = "1,4,64", value_parser = parse_problem)]
+    operator_shape: Problem,
     /// Train section: only these mixers (default: all).
     #[arg(long, value_delimiter = ',', value_parser = parse_mixer)]
     mixer: Vec<MixerKind>,
@@ -93,10 +99,26 @@ enum Section {
     Sweep,
 }
 
-/// Heads and widths of the operator problem (the issue's B=1, H=4, d=dv=64).
-const BATCH: usize = 1;
-const HEADS: usize = 4;
-const DIM: usize = 64;
+/// The operator problem: batch, heads and head width (`d = dv`).
+#[derive(Clone, Copy, Debug)]
+struct Problem {
+    batch: usize,
+    heads: usize,
+    d: usize,
+}
+
+/// `B,H,D` of `--operator-shape`, each at least 1.
+fn parse_problem(text: &str) -> Result<Problem, String> {
+    let sizes: Vec<usize> = text
+        .split(',')
+        .map(|n| n.trim().parse::<usize>().ok().filter(|&n| n > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("`{text}` is not three positive integers B,H,D"))?;
+    match sizes[..] {
+        [batch, heads, d] => Ok(Problem { batch, heads, d }),
+        _ => Err(format!("`{text}` is not three positive integers B,H,D")),
+    }
+}
 /// Decoding positions: KV caches this long, prefilled this many tokens at a time.
 const PREFILL_PIECE: usize = 1024;
 const SWEEP_CHUNKS: [usize; 5] = [16, 32, 64, 128, 256];
@@ -192,6 +214,7 @@ fn measure(args: &Args) -> Result<Report> {
     let bench = Bench {
         device: device.clone(),
         host_memory,
+        problem: args.operator_shape,
     };
     let (chunk, segment) = (args.chunk as usize, args.segment as usize);
     let times: &[usize] = if args.quick {
@@ -212,13 +235,13 @@ fn measure(args: &Args) -> Result<Report> {
         bench.train_steps(&args.mixer, &args.workload, args.composed, args.quick)
     })?;
     let operators = run_if(wanted(Section::Operators), || {
-        bench.operators(times, chunk, segment)
+        bench.operators(times, chunk, segment, args.composed)
     })?;
     let decode = run_if(wanted(Section::Decode), || bench.decode(positions))?;
     let matmul = run_if(wanted(Section::Matmul), || {
         bench.matmuls(square, longest, chunk)
     })?;
-    let efficiency = efficiency(&operators, chunk);
+    let efficiency = efficiency(&operators, chunk, bench.problem);
     let chunk_sweep = run_if(wanted(Section::Sweep), || {
         bench.sweep(SWEEP_CHUNKS.map(|c| (SWEEP_TIME, c, segment)))
     })?;
@@ -230,10 +253,10 @@ fn measure(args: &Args) -> Result<Report> {
         quick: args.quick,
         chunk,
         segment,
-        batch: BATCH,
-        heads: HEADS,
-        d: DIM,
-        dv: DIM,
+        batch: bench.problem.batch,
+        heads: bench.problem.heads,
+        d: bench.problem.d,
+        dv: bench.problem.d,
         train,
         operators,
         decode,
@@ -251,6 +274,7 @@ fn run_if<T>(wanted: bool, f: impl FnOnce() -> Result<Vec<T>>) -> Result<Vec<T>>
 struct Bench {
     device: Device,
     host_memory: bool,
+    problem: Problem,
 }
 
 impl Bench {
@@ -271,13 +295,13 @@ impl Bench {
     }
 }
 
-fn shape(time: usize, chunk: usize) -> Shape5 {
+fn shape(problem: Problem, time: usize, chunk: usize) -> Shape5 {
     Shape5 {
-        batch: BATCH,
-        heads: HEADS,
+        batch: problem.batch,
+        heads: problem.heads,
         time,
-        d: DIM,
-        dv: DIM,
+        d: problem.d,
+        dv: problem.d,
         chunk,
     }
 }

@@ -8,7 +8,7 @@ use hla_model::bench::{Operator, OperatorInputs};
 use hla_model::hla::Form;
 use serde::{Deserialize, Serialize};
 
-use super::{BATCH, Bench, RECURRENT_BACKWARD_MAX, Timing, repetitions, shape};
+use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, repetitions, shape};
 use crate::alloc;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -29,37 +29,48 @@ pub(super) struct EfficiencyRow {
 }
 
 impl Bench {
-    /// Every operator, pass and length: one warm-up each, then rounds that run every case
-    /// still short of its repetitions, so that the machine's slow spells spread over all
-    /// cases (and both ends of a ratio) instead of landing on a few.
+    /// Every operator, pass and length (with `composed`, those with a fused kernel also
+    /// without it): one warm-up each, then rounds that run every case still short of its
+    /// repetitions, so that the machine's slow spells spread over all cases (and both ends
+    /// of a ratio) instead of landing on a few.
     pub(super) fn operators(
         &self,
         times: &[usize],
         chunk: usize,
         segment: usize,
+        composed: bool,
     ) -> Result<Vec<OperatorRow>> {
         let form = Form::passes(chunk, segment);
         let autodiff = self.device.clone().autodiff();
         let inputs: Vec<_> = times
             .iter()
             .map(|&time| {
-                let shape = shape(time, chunk);
+                let shape = shape(self.problem, time, chunk);
                 let x = OperatorInputs::random(&shape, &self.device);
                 (x, OperatorInputs::random(&shape, &autodiff))
             })
             .collect();
-        // (operator, index of the length, with backward)
+        // (operator, index of the length, with backward, fused)
         let mut cases = Vec::new();
         for (i, &time) in times.iter().enumerate() {
             for op in Operator::ALL {
-                cases.push((op, i, false));
-                if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
-                    cases.push((op, i, true));
+                let fused = op.has_kernels(&self.device);
+                let variants: &[bool] = if fused && composed {
+                    &[true, false]
+                } else {
+                    &[fused]
+                };
+                for &fused in variants {
+                    cases.push((op, i, false, fused));
+                    if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
+                        cases.push((op, i, true, fused));
+                    }
                 }
             }
         }
         // Seconds and peak heap bytes of one call.
-        let once = |&(op, i, backward): &(Operator, usize, bool)| -> Result<(f64, usize)> {
+        let once = |&(op, i, backward, fused): &(Operator, usize, bool, bool)| {
+            hla_model::fused::set_enabled(fused);
             let (x, x_grad) = &inputs[i];
             let base = alloc::reset_peak();
             let start = Instant::now();
@@ -69,11 +80,16 @@ impl Bench {
                 drop(x.forward(op, form));
             }
             self.device.sync().context("waiting for the device")?;
-            Ok((start.elapsed().as_secs_f64(), alloc::peak() - base))
+            anyhow::Ok((start.elapsed().as_secs_f64(), alloc::peak() - base))
         };
         let mut reps = Vec::with_capacity(cases.len());
         for case in &cases {
-            eprintln!("operator {} T={} warm-up", case.0.name(), times[case.1]);
+            let kind = if case.3 { "" } else { " composed" };
+            eprintln!(
+                "operator {}{kind} T={} warm-up",
+                case.0.name(),
+                times[case.1]
+            );
             reps.push(repetitions(once(case)?.0));
         }
         let rounds = reps.iter().copied().max().unwrap_or(0);
@@ -89,43 +105,45 @@ impl Bench {
                 }
             }
         }
+        hla_model::fused::set_enabled(true);
         let rows = cases.iter().zip(runs).zip(peaks);
         Ok(rows
-            .map(|((&(op, i, backward), runs), peak)| {
+            .map(|((&(op, i, backward, fused), runs), peak)| {
                 let pass = if backward {
                     "forward+backward"
                 } else {
                     "forward"
                 };
                 let timing = Timing::of(runs, self.host_memory.then_some(peak));
-                operator_row(op, times[i], pass, timing)
+                let name = if fused || !op.has_kernels(&self.device) {
+                    op.name().to_string()
+                } else {
+                    format!("{} composed", op.name())
+                };
+                let tokens_per_s = (self.problem.batch * times[i]) as f64 / timing.median_s;
+                OperatorRow {
+                    operator: name,
+                    time: times[i],
+                    pass: pass.into(),
+                    tokens_per_s,
+                    timing,
+                }
             })
             .collect())
     }
 }
 
-pub(super) fn operator_row(
-    op: Operator,
-    time: usize,
-    pass: &'static str,
-    timing: Timing,
-) -> OperatorRow {
-    OperatorRow {
-        operator: op.name().into(),
-        time,
-        pass: pass.into(),
-        tokens_per_s: (BATCH * time) as f64 / timing.median_s,
-        timing,
-    }
-}
-
 /// Achieved GFLOP/s of the chunked forms' forward passes.
-pub(super) fn efficiency(rows: &[OperatorRow], chunk: usize) -> Vec<EfficiencyRow> {
+pub(super) fn efficiency(
+    rows: &[OperatorRow],
+    chunk: usize,
+    problem: Problem,
+) -> Vec<EfficiencyRow> {
     rows.iter()
         .filter(|r| r.pass == "forward")
         .filter_map(|r| {
             let op = *Operator::ALL.iter().find(|op| op.name() == r.operator)?;
-            let gflop = op.chunked_flops(&shape(r.time, chunk))? / 1e9;
+            let gflop = op.chunked_flops(&shape(problem, r.time, chunk))? / 1e9;
             Some(EfficiencyRow {
                 operator: r.operator.clone(),
                 time: r.time,

@@ -37,7 +37,7 @@ impl Bench {
         chunk: usize,
         segment: usize,
     ) -> Result<[SweepRow; 2]> {
-        let shape = shape(time, chunk);
+        let shape = shape(self.problem, time, chunk);
         let x = OperatorInputs::random(&shape, &self.device);
         let x_grad = OperatorInputs::random(&shape, &self.device.clone().autodiff());
         let (op, form) = (Operator::Hla2Chunked, Form::passes(chunk, segment));

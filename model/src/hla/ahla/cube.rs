@@ -113,10 +113,20 @@ pub(crate) fn forward(
         let c0 = n * chunk;
         let c = span(n, chunk, time);
         store(starts, (seq * chunks + n) * len, ws, pw, len);
-        load(ws, qw, q, (seq * time + c0) * d, c * d);
-        load(ws, kw, k, (seq * time + c0) * d, c * d);
-        load(ws, vw, v, (seq * time + c0) * dv, c * dv);
-        cumulate(ws, bw, log_g, g0 + c0, c);
+        load_chunk(
+            ws,
+            qw,
+            q,
+            k,
+            v,
+            log_g,
+            seq * time + c0,
+            g0 + c0,
+            c,
+            chunk,
+            d,
+            dv,
+        );
         products(ws, qw, kw, vw, pw, aw, bmw, c, d, dv, bw);
         // O = diag(a) Q E + A B.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(ew, dv), c, dv, d, false);
@@ -206,12 +216,22 @@ pub(crate) fn backward(
         let n = chunks - 1 - i;
         let c0 = n * chunk;
         let c = span(n, chunk, time);
-        load(ws, qw, q, (seq * time + c0) * d, c * d);
-        load(ws, kw, k, (seq * time + c0) * d, c * d);
-        load(ws, vw, v, (seq * time + c0) * dv, c * dv);
         load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, pw, starts, (seq * chunks + n) * len, len);
-        cumulate(ws, bw, log_g, g0 + c0, c);
+        load_chunk(
+            ws,
+            qw,
+            q,
+            k,
+            v,
+            log_g,
+            seq * time + c0,
+            g0 + c0,
+            c,
+            chunk,
+            d,
+            dv,
+        );
         products(ws, qw, kw, vw, pw, aw, bmw, c, d, dv, bw);
         // ∂B = Aᵀ ∂O + diag(e) K ∂E.
         scale_rows(ws, ekw, kw, c, d, bw, UNTIL_END, 1.0);

@@ -96,6 +96,33 @@ pub(crate) fn cumulate(ws: &mut Tensor<f32>, b: usize, log_g: &Tensor<f32>, src:
     sync_storage();
 }
 
+/// A chunk of `c` tokens from row `row` of `q`, `k` (`d` wide) and `v` (`dv` wide), and its
+/// `b` from the gates at `log_g[gate..]`, into the workspace from `qw`: `Q`, `K`
+/// `[chunk, d]`, `V [chunk, dv]` and `b [chunk]` one after the other.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn load_chunk(
+    ws: &mut Tensor<f32>,
+    qw: usize,
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    log_g: &Tensor<f32>,
+    row: usize,
+    gate: usize,
+    c: usize,
+    chunk: usize,
+    d: usize,
+    dv: usize,
+) {
+    let kw = qw + chunk * d;
+    let vw = kw + chunk * d;
+    load(ws, qw, q, row * d, c * d);
+    load(ws, kw, k, row * d, c * d);
+    load(ws, vw, v, row * dv, c * dv);
+    cumulate(ws, vw + chunk * dv, log_g, gate, c);
+}
+
 /// The decay factor `kind` (`SINCE_START`, `UNTIL_END`, else none) to the power `p` at token
 /// `i` of the chunk of `c` tokens whose `b` is at `ws[b..]`.
 #[cube]

@@ -64,10 +64,20 @@ pub(crate) fn forward(
         let c0 = n * chunk;
         let c = span(n, chunk, time);
         store(starts, (seq * chunks + n) * len, ws, sw, len);
-        load(ws, qw, q, (seq * time + c0) * d, c * d);
-        load(ws, kw, k, (seq * time + c0) * d, c * d);
-        load(ws, vw, v, (seq * time + c0) * dv, c * dv);
-        cumulate(ws, bw, log_g, g0 + c0, c);
+        load_chunk(
+            ws,
+            qw,
+            q,
+            k,
+            v,
+            log_g,
+            seq * time + c0,
+            g0 + c0,
+            c,
+            chunk,
+            d,
+            dv,
+        );
         // M = (Q Kᵀ) ⊙ D.
         matmul(
             ws,
@@ -152,12 +162,22 @@ pub(crate) fn backward(
         let n = chunks - 1 - i;
         let c0 = n * chunk;
         let c = span(n, chunk, time);
-        load(ws, qw, q, (seq * time + c0) * d, c * d);
-        load(ws, kw, k, (seq * time + c0) * d, c * d);
-        load(ws, vw, v, (seq * time + c0) * dv, c * dv);
         load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, sw, starts, (seq * chunks + n) * len, len);
-        cumulate(ws, bw, log_g, g0 + c0, c);
+        load_chunk(
+            ws,
+            qw,
+            q,
+            k,
+            v,
+            log_g,
+            seq * time + c0,
+            g0 + c0,
+            c,
+            chunk,
+            d,
+            dv,
+        );
         // G = (∂O Vᵀ) ⊙ D.
         matmul(
             ws,
