@@ -1,16 +1,17 @@
 //! The GPU path: on the wgpu device the HLA forms (outputs, final states, gradients) and
 //! one training step of the language model give ndarray's numbers for the same inputs
-//! and weights. Shapes stay small: a software Vulkan device (lavapipe, in CI) compiles
-//! every shader on the CPU.
+//! and weights, and the GPU kernels give their composed forms' numbers. Shapes stay small:
+//! a software Vulkan device (lavapipe, in CI) compiles every shader on the CPU. The tests
+//! take turns ([`SWITCH`]): one switches the process-wide kernels off and on.
 #![cfg(all(feature = "wgpu", feature = "ndarray"))]
 
 mod common;
 
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use common::{Case, Gates, MIXERS, Rng, input, rel_rms, tiny};
+use common::{Case, Gates, MIXERS, Rng, input, param_grads, rel_rms, tiny};
 use hla_model::hla::{Form, HlaInput, HlaState, Order, ahla, first, forward, second};
-use hla_model::lm::LmConfig;
+use hla_model::lm::{DecayKind, LmConfig};
 
 /// A GPU sums in another order than a CPU, so f32 results differ by more than between
 /// the forms on one device (1e-4).
@@ -66,6 +67,7 @@ fn results(case: &Case, form: Form, device: &Device) -> Vec<(String, Tensor<4>)>
 
 #[test]
 fn hla_forms_match_the_cpu() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     let (gpu, cpu) = (gpu(), cpu());
     let mut worst: f64 = 0.0;
     for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
@@ -120,6 +122,7 @@ fn composed(order: Order, x: &HlaInput, state: HlaState, c: usize) -> (Tensor<4>
 /// lengths and an initial state.
 #[test]
 fn gpu_kernels_match_their_composed_forms() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     let ad = gpu().autodiff();
     let mut worst: f64 = 0.0;
     for order in [Order::First, Order::Second, Order::Asymmetric] {
@@ -184,6 +187,7 @@ fn gpu_kernels_match_their_composed_forms() {
 /// sequence and for queries from a later position (a cache's keys before them).
 #[test]
 fn gpu_attention_matches_the_composed_form() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     use hla_model::lm::attention::{causal_attention, causal_attention_composed};
     let ad = gpu().autodiff();
     let mut worst: f64 = 0.0;
@@ -247,6 +251,7 @@ fn train_step(config: &LmConfig, weights: burn::store::ModuleRecord, device: &De
 /// give the same loss on both devices, before and after one AdamW step.
 #[test]
 fn lm_training_step_matches_the_cpu() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     for mixer in MIXERS {
         let config = tiny(mixer);
         let cpu = cpu();
@@ -267,3 +272,46 @@ fn lm_training_step_matches_the_cpu() {
         );
     }
 }
+
+/// End to end on the GPU: for every mixer with GPU kernels, one language model's loss and
+/// the gradient of every parameter are the same with the kernels on and off (their
+/// composed forms).
+#[test]
+fn gpu_kernels_change_no_loss_and_no_gradient() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let ad = gpu().autodiff();
+    let mixers = MIXERS
+        .into_iter()
+        .filter(|m| m.has_kernels(DecayKind::Fixed, &ad));
+    for mixer in mixers {
+        let config = tiny(mixer);
+        ad.seed(3);
+        let lm = config.init(&ad);
+        let ids = tokens(3, 22, config.vocab_size, &ad);
+        let (inputs, targets) = (ids.clone().slice(s![.., 0..21]), ids.slice(s![.., 1..22]));
+        let mut runs = Vec::new();
+        for enabled in [true, false] {
+            hla_model::fused::set_enabled(enabled);
+            let loss = lm.loss(inputs.clone(), targets.clone());
+            let grads = param_grads(&lm, &loss.backward());
+            runs.push((
+                to_cpu(loss.inner()),
+                grads.into_iter().map(to_cpu).collect::<Vec<_>>(),
+            ));
+        }
+        hla_model::fused::set_enabled(true);
+        let ((loss, grads), (want_loss, want_grads)) = (&runs[0], &runs[1]);
+        let error = rel_rms(loss, want_loss);
+        assert!(error < 1e-5, "{mixer:?}: loss error {error:e}");
+        for (i, (g, w)) in grads.iter().zip(want_grads).enumerate() {
+            let error = rel_rms(g, w);
+            assert!(
+                error < 1e-4,
+                "{mixer:?}: parameter {i}: gradient error {error:e}"
+            );
+        }
+    }
+}
+
+/// The tests switch the process-wide kernels; they take turns.
+static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -274,7 +274,12 @@ fn bench_reports_json_and_tables() {
 fn bench_takes_the_operator_shape_and_composed_operators() {
     let (report, tables) = quick_bench("matmul", &["--operator-shape", "2,3,16"]);
     assert_eq!(
-        [&report["batch"], &report["heads"], &report["d"], &report["dv"]],
+        [
+            &report["batch"],
+            &report["heads"],
+            &report["d"],
+            &report["dv"]
+        ],
         [2, 3, 16, 16],
         "{report}"
     );
