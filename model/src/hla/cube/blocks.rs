@@ -15,6 +15,19 @@ pub(crate) const SINCE_START: u32 = 1;
 /// `e^p_τ = exp(p (b_last − b_τ))`, the decay from `τ` to the chunk's end.
 pub(crate) const UNTIL_END: u32 = 2;
 
+/// The sizes every chunk kernel takes: tokens, widths of `q`, `k` and of `v`, the chunk,
+/// the heads, and the batch and heads of the gates `[gb, gh, time]`.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct Dims {
+    pub(crate) time: usize,
+    pub(crate) d: usize,
+    pub(crate) dv: usize,
+    pub(crate) chunk: usize,
+    pub(crate) heads: usize,
+    pub(crate) gb: usize,
+    pub(crate) gh: usize,
+}
+
 /// A matrix in the workspace: where it starts and the strides of its rows and columns.
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct Mat {
@@ -224,18 +237,18 @@ pub(crate) fn matmul(
     sync_storage();
 }
 
-/// The row of `log_g [gb, gh, time]` that sequence-and-head `seq` reads (gates shared by
-/// the batch or the heads when `gb` or `gh` is 1).
+/// Where the gates of sequence-and-head `seq` start in `log_g [gb, gh, time]` (gates
+/// shared by the batch or the heads when `gb` or `gh` is 1).
 #[cube]
-pub(crate) fn gate_row(seq: usize, heads: usize, gb: usize, gh: usize) -> usize {
+pub(crate) fn gates_of(seq: usize, n: &Dims) -> usize {
     let mut row = 0;
-    if gb > 1 {
-        row = (seq / heads) * gh;
+    if n.gb > 1 {
+        row = (seq / n.heads) * n.gh;
     }
-    if gh > 1 {
-        row += seq % heads;
+    if n.gh > 1 {
+        row += seq % n.heads;
     }
-    row
+    row * n.time
 }
 
 /// The tokens of chunk `n` of `chunk` in a sequence of `time`.

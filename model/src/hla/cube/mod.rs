@@ -24,6 +24,7 @@ use burn_cubecl::tensor::CubeTensor;
 
 use super::state::{OrderState, state_len, unpack_output};
 use super::{HlaInput, HlaState, Order, ahla, first, second};
+use blocks::DimsLaunch;
 
 /// What one kernel call computes.
 #[derive(Clone, Copy, Debug)]
@@ -88,6 +89,11 @@ impl Sizes {
         }
     }
 
+    /// The kernels' sizes, for chunks of `chunk` and gates `[gb, gh, time]`.
+    fn dims(&self, chunk: usize, [gb, gh]: [usize; 2]) -> DimsLaunch {
+        DimsLaunch::new(self.time, self.d, self.dv, chunk, self.heads, gb, gh)
+    }
+
     /// Floats of the packed `[o, final state]`.
     pub(crate) fn packed(&self) -> usize {
         self.sequences * (self.time * self.dv + self.len)
@@ -142,7 +148,7 @@ pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: Kernel) -> (CubeTensor, C
     let (packed, starts) = (empty(&q, [n.packed()]), empty(&q, [n.starts()]));
     let ws = empty(&q, [n.sequences, workspace(kernel, &n)[0]]);
     let ((count, dim), client) = (grid(&q, &n), q.client.clone());
-    let (chunk, heads) = (kernel.chunk, n.heads);
+    let dims = n.dims(kernel.chunk, [gb, gh]);
     macro_rules! launch {
         ($order:ident) => {
             $order::cube::forward::launch(
@@ -157,13 +163,7 @@ pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: Kernel) -> (CubeTensor, C
                 packed.clone().into_tensor_arg(),
                 starts.clone().into_tensor_arg(),
                 ws.into_tensor_arg(),
-                n.time,
-                n.d,
-                n.dv,
-                chunk,
-                heads,
-                gb,
-                gh,
+                dims,
             )
         };
     }
@@ -195,7 +195,7 @@ pub(crate) fn backward(
     let (dv, dstate) = (empty(&q, v.shape().dims::<4>()), empty(&q, [n.state()]));
     let ws = empty(&q, [n.sequences, workspace(kernel, &n)[1]]);
     let ((count, dim), client) = (grid(&q, &n), q.client.clone());
-    let (chunk, heads) = (kernel.chunk, n.heads);
+    let dims = n.dims(kernel.chunk, [gb, gh]);
     macro_rules! launch {
         ($order:ident) => {
             $order::cube::backward::launch(
@@ -213,13 +213,7 @@ pub(crate) fn backward(
                 dv.clone().into_tensor_arg(),
                 dstate.clone().into_tensor_arg(),
                 ws.into_tensor_arg(),
-                n.time,
-                n.d,
-                n.dv,
-                chunk,
-                heads,
-                gb,
-                gh,
+                dims,
             )
         };
     }

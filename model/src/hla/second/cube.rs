@@ -99,14 +99,12 @@ pub(crate) fn forward(
     packed: &mut Tensor<f32>,
     starts: &mut Tensor<f32>,
     ws: &mut Tensor<f32>,
-    time: usize,
-    d: usize,
-    dv: usize,
-    chunk: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
+    n: &Dims,
 ) {
+    let time = n.time;
+    let d = n.d;
+    let dv = n.dv;
+    let chunk = n.chunk;
     let seq = CUBE_POS_X as usize;
     let len = d * d + d * dv;
     let chunks = time.div_ceil(chunk);
@@ -122,12 +120,12 @@ pub(crate) fn forward(
     let zw = sw + d * d;
     let ekw = zw + d * dv;
     let evw = ekw + chunk * d;
-    let g0 = gate_row(seq, heads, gb, gh) * time;
+    let g0 = gates_of(seq, n);
     load(ws, sw, state, seq * len, len);
-    for n in 0..chunks {
-        let c0 = n * chunk;
-        let c = span(n, chunk, time);
-        store(starts, (seq * chunks + n) * len, ws, sw, len);
+    for i in 0..chunks {
+        let c0 = i * chunk;
+        let c = span(i, chunk, time);
+        store(starts, (seq * chunks + i) * len, ws, sw, len);
         load_chunk(
             ws,
             qw,
@@ -195,14 +193,12 @@ pub(crate) fn backward(
     dv_out: &mut Tensor<f32>,
     dstate: &mut Tensor<f32>,
     ws: &mut Tensor<f32>,
-    time: usize,
-    d: usize,
-    dv: usize,
-    chunk: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
+    n: &Dims,
 ) {
+    let time = n.time;
+    let d = n.d;
+    let dv = n.dv;
+    let chunk = n.chunk;
     let seq = CUBE_POS_X as usize;
     let sequences = CUBE_COUNT_X as usize;
     let len = d * d + d * dv;
@@ -228,14 +224,14 @@ pub(crate) fn backward(
     let dqw = tv + chunk * dv;
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
-    let g0 = gate_row(seq, heads, gb, gh) * time;
+    let g0 = gates_of(seq, n);
     load(ws, dsw, grad, sequences * time * dv + seq * len, len);
-    for i in 0..chunks {
-        let n = chunks - 1 - i;
-        let c0 = n * chunk;
-        let c = span(n, chunk, time);
+    for back in 0..chunks {
+        let i = chunks - 1 - back;
+        let c0 = i * chunk;
+        let c = span(i, chunk, time);
         load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
-        load(ws, sw, starts, (seq * chunks + n) * len, len);
+        load(ws, sw, starts, (seq * chunks + i) * len, len);
         load_chunk(
             ws,
             qw,
