@@ -35,6 +35,7 @@ pub(crate) fn workspace(c: usize, d: usize, dv: usize) -> [usize; 2] {
 /// state `P` at `pw`, into `aw`, `bmw`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
+#[rustfmt::skip]
 fn products(
     ws: &mut Tensor<f32>,
     qw: usize,
@@ -48,27 +49,9 @@ fn products(
     dv: usize,
     bw: usize,
 ) {
-    matmul(
-        ws,
-        rows(aw, c),
-        rows(qw, d),
-        transposed(kw, d),
-        c,
-        c,
-        d,
-        false,
-    );
+    matmul(ws, rows(aw, c), rows(qw, d), transposed(kw, d), c, c, d, false);
     mask(ws, aw, c, bw, 1.0);
-    matmul(
-        ws,
-        rows(bmw, dv),
-        rows(qw, d),
-        rows(pw, dv),
-        c,
-        dv,
-        d,
-        false,
-    );
+    matmul(ws, rows(bmw, dv), rows(qw, d), rows(pw, dv), c, dv, d, false);
     scale_rows(ws, bmw, bmw, c, dv, bw, SINCE_START, 1.0);
     matmul(ws, rows(bmw, dv), rows(aw, c), rows(vw, dv), c, dv, c, true);
 }
@@ -76,6 +59,7 @@ fn products(
 /// `[q, k, v, log g, state]` → `o` and the final state `[P | E]` into `packed`, every
 /// chunk's start state into `starts`.
 #[cube(launch)]
+#[rustfmt::skip]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     q: &Tensor<f32>,
@@ -111,20 +95,7 @@ pub(crate) fn forward(
         let c0 = i * chunk;
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, pw, len);
-        load_chunk(
-            ws,
-            qw,
-            q,
-            k,
-            v,
-            log_g,
-            seq * time + c0,
-            g0 + c0,
-            c,
-            chunk,
-            d,
-            dv,
-        );
+        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
         products(ws, qw, kw, vw, pw, aw, bmw, c, d, dv, bw);
         // O = diag(a) Q E + A B.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(ew, dv), c, dv, d, false);
@@ -135,26 +106,8 @@ pub(crate) fn forward(
         scale_rows(ws, ekw, kw, c, d, bw, UNTIL_END, 1.0);
         let r = rho(ws, bw, c, 1.0);
         scale(ws, pw, len, r);
-        matmul(
-            ws,
-            rows(ew, dv),
-            transposed(ekw, d),
-            rows(bmw, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
-        matmul(
-            ws,
-            rows(pw, dv),
-            transposed(ekw, d),
-            rows(vw, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
+        matmul(ws, rows(ew, dv), transposed(ekw, d), rows(bmw, dv), d, dv, c, true);
+        matmul(ws, rows(pw, dv), transposed(ekw, d), rows(vw, dv), d, dv, c, true);
     }
     let sequences = CUBE_COUNT_X as usize;
     store(packed, sequences * time * dv + seq * len, ws, pw, len);
@@ -163,6 +116,7 @@ pub(crate) fn forward(
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
 /// `∂v` and the initial state's gradient.
 #[cube(launch)]
+#[rustfmt::skip]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     q: &Tensor<f32>,
@@ -214,169 +168,39 @@ pub(crate) fn backward(
         let c = span(i, chunk, time);
         load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, pw, starts, (seq * chunks + i) * len, len);
-        load_chunk(
-            ws,
-            qw,
-            q,
-            k,
-            v,
-            log_g,
-            seq * time + c0,
-            g0 + c0,
-            c,
-            chunk,
-            d,
-            dv,
-        );
+        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
         products(ws, qw, kw, vw, pw, aw, bmw, c, d, dv, bw);
         // ∂B = Aᵀ ∂O + diag(e) K ∂E.
         scale_rows(ws, ekw, kw, c, d, bw, UNTIL_END, 1.0);
-        matmul(
-            ws,
-            rows(dbw, dv),
-            rows(ekw, d),
-            rows(dew, dv),
-            c,
-            dv,
-            d,
-            false,
-        );
-        matmul(
-            ws,
-            rows(dbw, dv),
-            transposed(aw, c),
-            rows(gw, dv),
-            c,
-            dv,
-            c,
-            true,
-        );
+        matmul(ws, rows(dbw, dv), rows(ekw, d), rows(dew, dv), c, dv, d, false);
+        matmul(ws, rows(dbw, dv), transposed(aw, c), rows(gw, dv), c, dv, c, true);
         // H = (∂O Bᵀ + ∂B Vᵀ) ⊙ D.
-        matmul(
-            ws,
-            rows(hm, c),
-            rows(gw, dv),
-            transposed(bmw, dv),
-            c,
-            c,
-            dv,
-            false,
-        );
-        matmul(
-            ws,
-            rows(hm, c),
-            rows(dbw, dv),
-            transposed(vw, dv),
-            c,
-            c,
-            dv,
-            true,
-        );
+        matmul(ws, rows(hm, c), rows(gw, dv), transposed(bmw, dv), c, c, dv, false);
+        matmul(ws, rows(hm, c), rows(dbw, dv), transposed(vw, dv), c, c, dv, true);
         mask(ws, hm, c, bw, 1.0);
         // ∂Q = diag(a) (∂O Eᵀ + ∂B Pᵀ) + H K.
         scale_rows(ws, agw, gw, c, dv, bw, SINCE_START, 1.0);
         scale_rows(ws, adbw, dbw, c, dv, bw, SINCE_START, 1.0);
-        matmul(
-            ws,
-            rows(dqw, d),
-            rows(agw, dv),
-            transposed(ew, dv),
-            c,
-            d,
-            dv,
-            false,
-        );
-        matmul(
-            ws,
-            rows(dqw, d),
-            rows(adbw, dv),
-            transposed(pw, dv),
-            c,
-            d,
-            dv,
-            true,
-        );
+        matmul(ws, rows(dqw, d), rows(agw, dv), transposed(ew, dv), c, d, dv, false);
+        matmul(ws, rows(dqw, d), rows(adbw, dv), transposed(pw, dv), c, d, dv, true);
         matmul(ws, rows(dqw, d), rows(hm, c), rows(kw, d), c, d, c, true);
         // ∂K = Hᵀ Q + diag(e) (B ∂Eᵀ + V ∂Pᵀ).
-        matmul(
-            ws,
-            rows(dkw, d),
-            transposed(hm, c),
-            rows(qw, d),
-            c,
-            d,
-            c,
-            false,
-        );
+        matmul(ws, rows(dkw, d), transposed(hm, c), rows(qw, d), c, d, c, false);
         scale_rows(ws, t1, bmw, c, dv, bw, UNTIL_END, 1.0);
-        matmul(
-            ws,
-            rows(dkw, d),
-            rows(t1, dv),
-            transposed(dew, dv),
-            c,
-            d,
-            dv,
-            true,
-        );
+        matmul(ws, rows(dkw, d), rows(t1, dv), transposed(dew, dv), c, d, dv, true);
         scale_rows(ws, t1, vw, c, dv, bw, UNTIL_END, 1.0);
-        matmul(
-            ws,
-            rows(dkw, d),
-            rows(t1, dv),
-            transposed(dpw, dv),
-            c,
-            d,
-            dv,
-            true,
-        );
+        matmul(ws, rows(dkw, d), rows(t1, dv), transposed(dpw, dv), c, d, dv, true);
         // ∂V = Aᵀ ∂B + diag(e) K ∂P.
-        matmul(
-            ws,
-            rows(dvw, dv),
-            transposed(aw, c),
-            rows(dbw, dv),
-            c,
-            dv,
-            c,
-            false,
-        );
-        matmul(
-            ws,
-            rows(dvw, dv),
-            rows(ekw, d),
-            rows(dpw, dv),
-            c,
-            dv,
-            d,
-            true,
-        );
+        matmul(ws, rows(dvw, dv), transposed(aw, c), rows(dbw, dv), c, dv, c, false);
+        matmul(ws, rows(dvw, dv), rows(ekw, d), rows(dpw, dv), c, dv, d, true);
         store(dq, (seq * time + c0) * d, ws, dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, dkw, c * d);
         store(dv_out, (seq * time + c0) * dv, ws, dvw, c * dv);
         // ∂E ← ρ ∂E + Qᵀ diag(a) ∂O,  ∂P ← ρ ∂P + Qᵀ diag(a) ∂B.
         let r = rho(ws, bw, c, 1.0);
         scale(ws, dpw, len, r);
-        matmul(
-            ws,
-            rows(dew, dv),
-            transposed(qw, d),
-            rows(agw, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
-        matmul(
-            ws,
-            rows(dpw, dv),
-            transposed(qw, d),
-            rows(adbw, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
+        matmul(ws, rows(dew, dv), transposed(qw, d), rows(agw, dv), d, dv, c, true);
+        matmul(ws, rows(dpw, dv), transposed(qw, d), rows(adbw, dv), d, dv, c, true);
     }
     store(dstate, seq * len, ws, dpw, len);
 }

@@ -30,6 +30,7 @@ pub(crate) fn workspace(c: usize, d: usize, dv: usize) -> [usize; 2] {
 /// `[q, k, v, log g, state]` → `o` and the final state into `packed`, every chunk's start
 /// state into `starts`.
 #[cube(launch)]
+#[rustfmt::skip]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     q: &Tensor<f32>,
@@ -62,31 +63,9 @@ pub(crate) fn forward(
         let c0 = i * chunk;
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, sw, len);
-        load_chunk(
-            ws,
-            qw,
-            q,
-            k,
-            v,
-            log_g,
-            seq * time + c0,
-            g0 + c0,
-            c,
-            chunk,
-            d,
-            dv,
-        );
+        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
         // M = (Q Kᵀ) ⊙ D.
-        matmul(
-            ws,
-            rows(mw, c),
-            rows(qw, d),
-            transposed(kw, d),
-            c,
-            c,
-            d,
-            false,
-        );
+        matmul(ws, rows(mw, c), rows(qw, d), transposed(kw, d), c, c, d, false);
         mask(ws, mw, c, bw, 1.0);
         // O = diag(a) Q S + M V.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(sw, dv), c, dv, d, false);
@@ -97,16 +76,7 @@ pub(crate) fn forward(
         scale_rows(ws, vw, vw, c, dv, bw, UNTIL_END, 1.0);
         let r = rho(ws, bw, c, 1.0);
         scale(ws, sw, len, r);
-        matmul(
-            ws,
-            rows(sw, dv),
-            transposed(kw, d),
-            rows(vw, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
+        matmul(ws, rows(sw, dv), transposed(kw, d), rows(vw, dv), d, dv, c, true);
     }
     let sequences = CUBE_COUNT_X as usize;
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
@@ -115,6 +85,7 @@ pub(crate) fn forward(
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
 /// `∂v` and the initial state's gradient.
 #[cube(launch)]
+#[rustfmt::skip]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     q: &Tensor<f32>,
@@ -160,100 +131,24 @@ pub(crate) fn backward(
         let c = span(i, chunk, time);
         load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, sw, starts, (seq * chunks + i) * len, len);
-        load_chunk(
-            ws,
-            qw,
-            q,
-            k,
-            v,
-            log_g,
-            seq * time + c0,
-            g0 + c0,
-            c,
-            chunk,
-            d,
-            dv,
-        );
+        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
         // G = (∂O Vᵀ) ⊙ D.
-        matmul(
-            ws,
-            rows(hw, c),
-            rows(gw, dv),
-            transposed(vw, dv),
-            c,
-            c,
-            dv,
-            false,
-        );
+        matmul(ws, rows(hw, c), rows(gw, dv), transposed(vw, dv), c, c, dv, false);
         mask(ws, hw, c, bw, 1.0);
         // ∂Q = diag(a) ∂O Sᵀ + G K.
         scale_rows(ws, t1, gw, c, dv, bw, SINCE_START, 1.0);
-        matmul(
-            ws,
-            rows(dqw, d),
-            rows(t1, dv),
-            transposed(sw, dv),
-            c,
-            d,
-            dv,
-            false,
-        );
+        matmul(ws, rows(dqw, d), rows(t1, dv), transposed(sw, dv), c, d, dv, false);
         matmul(ws, rows(dqw, d), rows(hw, c), rows(kw, d), c, d, c, true);
         // ∂K = Gᵀ Q + diag(e) V ∂Sᵀ.
         scale_rows(ws, t1, vw, c, dv, bw, UNTIL_END, 1.0);
-        matmul(
-            ws,
-            rows(dkw, d),
-            transposed(hw, c),
-            rows(qw, d),
-            c,
-            d,
-            c,
-            false,
-        );
-        matmul(
-            ws,
-            rows(dkw, d),
-            rows(t1, dv),
-            transposed(dsw, dv),
-            c,
-            d,
-            dv,
-            true,
-        );
+        matmul(ws, rows(dkw, d), transposed(hw, c), rows(qw, d), c, d, c, false);
+        matmul(ws, rows(dkw, d), rows(t1, dv), transposed(dsw, dv), c, d, dv, true);
         // ∂V = Mᵀ ∂O + diag(e) K ∂S, with M = (Q Kᵀ) ⊙ D.
-        matmul(
-            ws,
-            rows(mw, c),
-            rows(qw, d),
-            transposed(kw, d),
-            c,
-            c,
-            d,
-            false,
-        );
+        matmul(ws, rows(mw, c), rows(qw, d), transposed(kw, d), c, c, d, false);
         mask(ws, mw, c, bw, 1.0);
         scale_rows(ws, t2, kw, c, d, bw, UNTIL_END, 1.0);
-        matmul(
-            ws,
-            rows(dvw, dv),
-            transposed(mw, c),
-            rows(gw, dv),
-            c,
-            dv,
-            c,
-            false,
-        );
-        matmul(
-            ws,
-            rows(dvw, dv),
-            rows(t2, d),
-            rows(dsw, dv),
-            c,
-            dv,
-            d,
-            true,
-        );
+        matmul(ws, rows(dvw, dv), transposed(mw, c), rows(gw, dv), c, dv, c, false);
+        matmul(ws, rows(dvw, dv), rows(t2, d), rows(dsw, dv), c, dv, d, true);
         store(dq, (seq * time + c0) * d, ws, dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, dkw, c * d);
         store(dv_out, (seq * time + c0) * dv, ws, dvw, c * dv);
@@ -261,16 +156,7 @@ pub(crate) fn backward(
         scale_rows(ws, t2, qw, c, d, bw, SINCE_START, 1.0);
         let r = rho(ws, bw, c, 1.0);
         scale(ws, dsw, len, r);
-        matmul(
-            ws,
-            rows(dsw, dv),
-            transposed(t2, d),
-            rows(gw, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
+        matmul(ws, rows(dsw, dv), transposed(t2, d), rows(gw, dv), d, dv, c, true);
     }
     store(dstate, seq * len, ws, dsw, len);
 }

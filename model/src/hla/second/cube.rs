@@ -38,6 +38,7 @@ pub(crate) fn workspace(c: usize, d: usize, dv: usize) -> [usize; 2] {
 /// state `S` at `sw`, into `ww`, `aw`, `pw`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
+#[rustfmt::skip]
 fn products(
     ws: &mut Tensor<f32>,
     qw: usize,
@@ -50,45 +51,19 @@ fn products(
     d: usize,
     bw: usize,
 ) {
-    matmul(
-        ws,
-        rows(ww, c),
-        rows(qw, d),
-        transposed(kw, d),
-        c,
-        c,
-        d,
-        false,
-    );
+    matmul(ws, rows(ww, c), rows(qw, d), transposed(kw, d), c, c, d, false);
     mask(ws, ww, c, bw, 1.0);
-    matmul(
-        ws,
-        rows(aw, d),
-        rows(qw, d),
-        transposed(sw, d),
-        c,
-        d,
-        d,
-        false,
-    );
+    matmul(ws, rows(aw, d), rows(qw, d), transposed(sw, d), c, d, d, false);
     scale_rows(ws, aw, aw, c, d, bw, SINCE_START, 1.0);
     matmul(ws, rows(aw, d), rows(ww, c), rows(kw, d), c, d, c, true);
-    matmul(
-        ws,
-        rows(pw, c),
-        rows(qw, d),
-        transposed(aw, d),
-        c,
-        c,
-        d,
-        false,
-    );
+    matmul(ws, rows(pw, c), rows(qw, d), transposed(aw, d), c, c, d, false);
     mask(ws, pw, c, bw, 2.0);
 }
 
 /// `[q, k, v, log g, state]` → `o` and the final state `[S | Z]` into `packed`, every
 /// chunk's start state into `starts`.
 #[cube(launch)]
+#[rustfmt::skip]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     q: &Tensor<f32>,
@@ -126,20 +101,7 @@ pub(crate) fn forward(
         let c0 = i * chunk;
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, sw, len);
-        load_chunk(
-            ws,
-            qw,
-            q,
-            k,
-            v,
-            log_g,
-            seq * time + c0,
-            g0 + c0,
-            c,
-            chunk,
-            d,
-            dv,
-        );
+        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
         products(ws, qw, kw, sw, ww, aw, pw, c, d, bw);
         // O = diag(a²) Q Z + P V.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(zw, dv), c, dv, d, false);
@@ -151,27 +113,9 @@ pub(crate) fn forward(
         scale_rows(ws, ekw, kw, c, d, bw, UNTIL_END, 1.0);
         let r = rho(ws, bw, c, 1.0);
         scale(ws, zw, d * dv, r * r);
-        matmul(
-            ws,
-            rows(zw, dv),
-            transposed(aw, d),
-            rows(evw, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
+        matmul(ws, rows(zw, dv), transposed(aw, d), rows(evw, dv), d, dv, c, true);
         scale(ws, sw, d * d, r);
-        matmul(
-            ws,
-            rows(sw, d),
-            transposed(kw, d),
-            rows(ekw, d),
-            d,
-            d,
-            c,
-            true,
-        );
+        matmul(ws, rows(sw, d), transposed(kw, d), rows(ekw, d), d, d, c, true);
     }
     let sequences = CUBE_COUNT_X as usize;
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
@@ -180,6 +124,7 @@ pub(crate) fn forward(
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
 /// `∂v` and the initial state's gradient.
 #[cube(launch)]
+#[rustfmt::skip]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     q: &Tensor<f32>,
@@ -232,165 +177,44 @@ pub(crate) fn backward(
         let c = span(i, chunk, time);
         load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, sw, starts, (seq * chunks + i) * len, len);
-        load_chunk(
-            ws,
-            qw,
-            q,
-            k,
-            v,
-            log_g,
-            seq * time + c0,
-            g0 + c0,
-            c,
-            chunk,
-            d,
-            dv,
-        );
+        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
         products(ws, qw, kw, sw, ww, aw, pw, c, d, bw);
         // G = (∂O Vᵀ) ⊙ D².
-        matmul(
-            ws,
-            rows(gm, c),
-            rows(gw, dv),
-            transposed(vw, dv),
-            c,
-            c,
-            dv,
-            false,
-        );
+        matmul(ws, rows(gm, c), rows(gw, dv), transposed(vw, dv), c, c, dv, false);
         mask(ws, gm, c, bw, 2.0);
         // ∂V = Pᵀ ∂O + diag(e²) A ∂Z.
         scale_rows(ws, t1, aw, c, d, bw, UNTIL_END, 2.0);
-        matmul(
-            ws,
-            rows(dvw, dv),
-            transposed(pw, c),
-            rows(gw, dv),
-            c,
-            dv,
-            c,
-            false,
-        );
-        matmul(
-            ws,
-            rows(dvw, dv),
-            rows(t1, d),
-            rows(dzw, dv),
-            c,
-            dv,
-            d,
-            true,
-        );
+        matmul(ws, rows(dvw, dv), transposed(pw, c), rows(gw, dv), c, dv, c, false);
+        matmul(ws, rows(dvw, dv), rows(t1, d), rows(dzw, dv), c, dv, d, true);
         // ∂A = Gᵀ Q + diag(e²) V ∂Zᵀ.
         scale_rows(ws, tv, vw, c, dv, bw, UNTIL_END, 2.0);
-        matmul(
-            ws,
-            rows(daw, d),
-            transposed(gm, c),
-            rows(qw, d),
-            c,
-            d,
-            c,
-            false,
-        );
-        matmul(
-            ws,
-            rows(daw, d),
-            rows(tv, dv),
-            transposed(dzw, dv),
-            c,
-            d,
-            dv,
-            true,
-        );
+        matmul(ws, rows(daw, d), transposed(gm, c), rows(qw, d), c, d, c, false);
+        matmul(ws, rows(daw, d), rows(tv, dv), transposed(dzw, dv), c, d, dv, true);
         // H = (∂A Kᵀ) ⊙ D.
-        matmul(
-            ws,
-            rows(hm, c),
-            rows(daw, d),
-            transposed(kw, d),
-            c,
-            c,
-            d,
-            false,
-        );
+        matmul(ws, rows(hm, c), rows(daw, d), transposed(kw, d), c, c, d, false);
         mask(ws, hm, c, bw, 1.0);
         // ∂Q = diag(a²) ∂O Zᵀ + G A + diag(a) ∂A S + H K.
         scale_rows(ws, tv, gw, c, dv, bw, SINCE_START, 2.0);
         scale_rows(ws, t2, daw, c, d, bw, SINCE_START, 1.0);
-        matmul(
-            ws,
-            rows(dqw, d),
-            rows(tv, dv),
-            transposed(zw, dv),
-            c,
-            d,
-            dv,
-            false,
-        );
+        matmul(ws, rows(dqw, d), rows(tv, dv), transposed(zw, dv), c, d, dv, false);
         matmul(ws, rows(dqw, d), rows(gm, c), rows(aw, d), c, d, c, true);
         matmul(ws, rows(dqw, d), rows(t2, d), rows(sw, d), c, d, d, true);
         matmul(ws, rows(dqw, d), rows(hm, c), rows(kw, d), c, d, c, true);
         // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ).
         scale_rows(ws, t1, kw, c, d, bw, UNTIL_END, 1.0);
-        matmul(
-            ws,
-            rows(dkw, d),
-            transposed(ww, c),
-            rows(daw, d),
-            c,
-            d,
-            c,
-            false,
-        );
-        matmul(
-            ws,
-            rows(dkw, d),
-            transposed(hm, c),
-            rows(qw, d),
-            c,
-            d,
-            c,
-            true,
-        );
+        matmul(ws, rows(dkw, d), transposed(ww, c), rows(daw, d), c, d, c, false);
+        matmul(ws, rows(dkw, d), transposed(hm, c), rows(qw, d), c, d, c, true);
         matmul(ws, rows(dkw, d), rows(t1, d), rows(dsw, d), c, d, d, true);
-        matmul(
-            ws,
-            rows(dkw, d),
-            rows(t1, d),
-            transposed(dsw, d),
-            c,
-            d,
-            d,
-            true,
-        );
+        matmul(ws, rows(dkw, d), rows(t1, d), transposed(dsw, d), c, d, d, true);
         store(dq, (seq * time + c0) * d, ws, dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, dkw, c * d);
         store(dv_out, (seq * time + c0) * dv, ws, dvw, c * dv);
         // ∂S ← ρ ∂S + (diag(a) ∂A)ᵀ Q,  ∂Z ← ρ² ∂Z + Qᵀ diag(a²) ∂O.
         let r = rho(ws, bw, c, 1.0);
         scale(ws, dsw, d * d, r);
-        matmul(
-            ws,
-            rows(dsw, d),
-            transposed(t2, d),
-            rows(qw, d),
-            d,
-            d,
-            c,
-            true,
-        );
+        matmul(ws, rows(dsw, d), transposed(t2, d), rows(qw, d), d, d, c, true);
         scale(ws, dzw, d * dv, r * r);
-        matmul(
-            ws,
-            rows(dzw, dv),
-            transposed(qw, d),
-            rows(tv, dv),
-            d,
-            dv,
-            c,
-            true,
-        );
+        matmul(ws, rows(dzw, dv), transposed(qw, d), rows(tv, dv), d, dv, c, true);
     }
     store(dstate, seq * len, ws, dsw, len);
 }
