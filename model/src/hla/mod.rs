@@ -14,7 +14,9 @@
 //!   used for evaluation and generation.
 //! * `chunked`: the chunk-parallel matmul form used for training; takes an initial state
 //!   and returns the final one, so a prefix can be processed in parallel and the
-//!   recurrence continue from it.
+//!   recurrence continue from it. It runs as fused kernels where they apply: on CPU
+//!   devices (`fused`, every order), on CubeCL devices (`cube`: first, second order and
+//!   AHLA, gates without a gradient); elsewhere as the composed form, their test oracle.
 //!
 //! Spec: `shared/spec/hla-math.md`. Decay and per-token gates follow the corrected rules
 //! of §6 (`Z ← g² Z + (S q) vᵀ`), extended here to third order (`Y ← g³ Y + …`) and
