@@ -10,7 +10,7 @@ mod common;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{Case, Gates, MIXERS, Rng, input, param_grads, rel_rms, tiny};
-use hla_model::hla::{Form, HlaInput, HlaState, Order, ahla, first, forward, second};
+use hla_model::hla::{Form, HlaInput, HlaState, Order, ahla, first, forward, second, third};
 use hla_model::lm::{DecayKind, LmConfig};
 
 /// A GPU sums in another order than a CPU, so f32 results differ by more than between
@@ -96,7 +96,7 @@ fn hla_forms_match_the_cpu() {
     eprintln!("HLA on {gpu:?} vs {cpu:?}: largest relative RMS error {worst:.2e}");
 }
 
-/// The composed chunked form of `order` (first, second or AHLA): `(o, final state)`.
+/// The composed chunked form of `order`: `(o, final state)`.
 fn composed(order: Order, x: &HlaInput, state: HlaState, c: usize) -> (Tensor<4>, HlaState) {
     match (order, state) {
         (Order::First, HlaState::First(s)) => {
@@ -107,16 +107,19 @@ fn composed(order: Order, x: &HlaInput, state: HlaState, c: usize) -> (Tensor<4>
             let (o, s) = second::chunked_composed(x, s, c);
             (o, HlaState::Second(s))
         }
+        (Order::Third, HlaState::Third(s)) => {
+            let (o, s) = third::chunked_composed(x, s, c);
+            (o, HlaState::Third(s))
+        }
         (Order::Asymmetric, HlaState::Asymmetric(s)) => {
             let (o, s) = ahla::chunked_composed(x, s, c);
             (o, HlaState::Asymmetric(s))
         }
-        (order, _) => unreachable!("no kernel for {order:?}"),
+        (order, _) => unreachable!("a state of another order than {order:?}"),
     }
 }
 
-/// The GPU kernels of the chunked forms (first order, second order and AHLA; the fixed
-/// decay or none)
+/// The GPU kernels of the chunked forms (every order; the fixed decay or none)
 /// against their composed forms on the same device: outputs, final states and the
 /// gradients of q, k, v and the initial state within 1e-4 (relative RMS), for ragged
 /// lengths and an initial state.
@@ -125,7 +128,7 @@ fn gpu_kernels_match_their_composed_forms() {
     let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     let ad = gpu().autodiff();
     let mut worst: f64 = 0.0;
-    for order in [Order::First, Order::Second, Order::Asymmetric] {
+    for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
         for gates in [Gates::None, Gates::Fixed] {
             for (time, chunk, dv) in [(1, 8, 4), (17, 8, 4), (40, 16, 6)] {
                 let case = Case {

@@ -26,16 +26,12 @@ pub enum MixerKind {
 impl MixerKind {
     /// Whether the fused kernels run this mixer's training step on `device` with `decay`:
     /// every mixer's on a CPU device; on a GPU device (wgpu, cuda) the causal attention's
-    /// and the chunked forms' of second-order HLA, AHLA and linear attention, for gates
-    /// that need no gradient (not [`DecayKind::Gated`]).
+    /// and the chunked HLA forms' of every order, for gates that need no gradient (not
+    /// [`DecayKind::Gated`]).
     pub fn has_kernels(&self, decay: DecayKind, device: &Device) -> bool {
         crate::fused::on_host(device)
             || (crate::fused::on_cube(device)
-                && match self {
-                    Self::Softmax => true,
-                    Self::Hla2 | Self::Ahla | Self::Linear => decay != DecayKind::Gated,
-                    Self::Hla3 => false,
-                })
+                && (*self == Self::Softmax || decay != DecayKind::Gated))
     }
 }
 

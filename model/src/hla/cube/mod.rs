@@ -1,16 +1,16 @@
-//! The chunk-parallel forms of first order, second order and AHLA on CubeCL devices (wgpu,
-//! cuda): one kernel launch forward and one backward, in place of the composed form's
-//! hundreds of small ops and their autodiff nodes.
+//! The chunk-parallel forms of every order on CubeCL devices (wgpu, cuda): one kernel
+//! launch forward and one backward, in place of the composed form's hundreds of small ops
+//! and their autodiff nodes.
 //!
 //! Each order's kernels ([`super::first::cube`], [`super::second::cube`],
-//! [`super::ahla::cube`]) follow its CPU
-//! fused form ([`super::first::fused`], …) equation by equation: one cube per sequence and
-//! head walks its chunks in order (the recurrence over chunks, spec §5) and carries the
-//! state; the forward pass saves every chunk's start state, from which the backward pass
-//! walks the chunks back. The composed form stays their test oracle and serves what the
-//! kernels do not cover: third order and the gates' gradient (data-dependent decay).
-//! The fixed decay (gates without a gradient) and the masked denominator (one more value
-//! column) run here.
+//! [`super::third::cube`], [`super::ahla::cube`]) follow its CPU fused form
+//! ([`super::first::fused`], …) equation by equation: one cube per sequence and head walks
+//! its chunks in order (the recurrence over chunks, spec §5) and carries the state; the
+//! forward pass saves every chunk's start state, from which the backward pass walks the
+//! chunks back. The composed form stays their test oracle and serves what the kernels do
+//! not cover: the gates' gradient (the data-dependent decay) and keys shared by the heads.
+//! No decay, the fixed decay (gates without a gradient) and the masked denominator (one
+//! more value column) run here.
 
 pub(crate) mod blocks;
 
@@ -23,7 +23,7 @@ use burn_cubecl::ops::numeric::{empty_device_contiguous_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
 
 use super::state::{OrderState, state_len, unpack_output};
-use super::{HlaInput, HlaState, Order, ahla, first, second};
+use super::{HlaInput, HlaState, Order, ahla, first, second, third};
 use blocks::DimsLaunch;
 
 /// What one kernel call computes.
@@ -33,11 +33,10 @@ pub(crate) struct Kernel {
     pub(crate) chunk: usize,
 }
 
-/// Whether `order`'s chunked form of `input` runs these kernels: first, second order or AHLA, f32
-/// on a CubeCL device with the kernels on, keys per head, and gates without a gradient.
-pub(crate) fn applies(order: Order, input: &HlaInput) -> bool {
-    matches!(order, Order::First | Order::Second | Order::Asymmetric)
-        && crate::fused::enabled()
+/// Whether the chunked form of `input` runs these kernels: f32 on a CubeCL device with the
+/// kernels on, keys per head, and gates without a gradient.
+pub(crate) fn applies(input: &HlaInput) -> bool {
+    crate::fused::enabled()
         && input.q.dtype() == DType::F32
         && crate::fused::on_cube(&input.q.device())
         && input.k.dims()[1] == input.q.dims()[1]
@@ -119,8 +118,8 @@ fn workspace(kernel: Kernel, n: &Sizes) -> [usize; 2] {
     match kernel.order {
         Order::First => first::cube::workspace(c, d, dv),
         Order::Second => second::cube::workspace(c, d, dv),
+        Order::Third => third::cube::workspace(c, d, dv),
         Order::Asymmetric => ahla::cube::workspace(c, d, dv),
-        order => unreachable!("no kernel for {order:?} (see `applies`)"),
     }
 }
 
@@ -170,8 +169,8 @@ pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: Kernel) -> (CubeTensor, C
     match kernel.order {
         Order::First => launch!(first),
         Order::Second => launch!(second),
+        Order::Third => launch!(third),
         Order::Asymmetric => launch!(ahla),
-        order => unreachable!("no kernel for {order:?} (see `applies`)"),
     }
     (packed, starts)
 }
@@ -220,8 +219,8 @@ pub(crate) fn backward(
     match kernel.order {
         Order::First => launch!(first),
         Order::Second => launch!(second),
+        Order::Third => launch!(third),
         Order::Asymmetric => launch!(ahla),
-        order => unreachable!("no kernel for {order:?} (see `applies`)"),
     }
     let dlog_g = zeros_client(client, dq.device.clone(), g_shape, DType::F32);
     [dq, dk, dv, dlog_g, dstate]

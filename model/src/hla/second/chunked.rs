@@ -34,7 +34,7 @@ pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, Stat
         return crate::hla::fused::run(input, state, chunk);
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    if crate::hla::cube::applies(crate::hla::Order::Second, input) {
+    if crate::hla::cube::applies(input) {
         return crate::hla::cube::run(input, state, chunk);
     }
     chunked_composed(input, state, chunk)

@@ -4,6 +4,8 @@
 //! different operator (spec §8 [E]); gates use the product decay of §6 (derived here).
 
 mod chunked;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) mod fused;
 pub(crate) mod recurrent;
