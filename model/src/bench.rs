@@ -33,14 +33,10 @@ impl Operator {
     ];
 
     /// Whether a fused kernel computes this operator on `device` (every one on a CPU device;
-    /// on a GPU device the chunked first- and second-order forms and softmax attention).
+    /// on a GPU device all but the serial recurrence).
     pub fn has_kernels(self, device: &Device) -> bool {
         crate::fused::on_host(device)
-            || (crate::fused::on_cube(device)
-                && matches!(
-                    self,
-                    Self::Hla2Chunked | Self::LinearChunked | Self::Softmax
-                ))
+            || (crate::fused::on_cube(device) && self != Self::Hla2Recurrent)
     }
 
     pub fn name(self) -> &'static str {

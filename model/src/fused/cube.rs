@@ -11,12 +11,26 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Cube, backend_extension};
-use burn::tensor::Shape;
+use burn::tensor::{DType, Shape};
 use burn_cubecl::CubeBackend;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
 
 use super::autodiff::record;
 use crate::hla::cube::{self as hla_cube, Kernel, Sizes};
 use crate::lm::attention;
+
+/// Units per cube: wgpu's portable limit, or the device's own where it is lower.
+pub(crate) fn units(like: &CubeTensor) -> u32 {
+    like.client.properties().hardware.max_cube_dim.0.min(256)
+}
+
+/// An uninitialised contiguous f32 tensor on `like`'s device (the kernels index their
+/// outputs as contiguous).
+pub(crate) fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
+    let (client, device) = (like.client.clone(), like.device.clone());
+    empty_device_contiguous_dtype(client, device, Shape::new(dims), DType::F32)
+}
 
 /// Kernel launches on a CubeCL backend. Shapes are [`hla_cube::forward`]'s and
 /// [`hla_cube::backward`]'s; every tensor is f32.
@@ -233,9 +247,8 @@ impl<C: CheckpointStrategy> CubeOps for Autodiff<Cube, C> {
         record::<Cube, C, 5>(
             [q, k, v, log_g, state],
             |[q, k, v, log_g, state]| {
-                let saved = [q.clone(), k.clone(), v.clone(), log_g.clone()];
+                let mut saved = vec![q.clone(), k.clone(), v.clone(), log_g.clone()];
                 let (packed, starts) = Cube::hla_forward(q, k, v, log_g, state, kernel);
-                let mut saved = saved.to_vec();
                 saved.push(starts);
                 (packed, saved)
             },

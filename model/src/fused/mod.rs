@@ -9,8 +9,8 @@
 //!
 //! [`applies`] routes: a fused op runs for f32 tensors on a CPU device while
 //! [`set_enabled`] has not turned the kernels off. On CubeCL devices (wgpu, cuda) the
-//! chunk-parallel HLA forms of first and second order run their GPU kernels ([`cube`],
-//! [`crate::hla::cube`]) under the same switch.
+//! chunk-parallel HLA forms of every order and the causal attention run their GPU kernels
+//! ([`cube`], [`crate::hla::cube`]) under the same switch (`applies_on_cube`).
 
 #[cfg(any(
     feature = "ndarray",
@@ -57,6 +57,12 @@ pub fn enabled() -> bool {
 /// Whether an op on `x` takes its fused kernel: f32 on a CPU device, kernels on.
 pub(crate) fn applies<const D: usize>(x: &Tensor<D>) -> bool {
     enabled() && x.dtype() == DType::F32 && on_host(&x.device())
+}
+
+/// Whether an op on `x` takes its GPU kernel: f32 on a CubeCL device, kernels on.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn applies_on_cube<const D: usize>(x: &Tensor<D>) -> bool {
+    enabled() && x.dtype() == DType::F32 && on_cube(&x.device())
 }
 
 /// Whether `device` has the fused kernels (the CPU devices); the others run every op's

@@ -84,17 +84,6 @@ pub(crate) fn store(
     sync_storage();
 }
 
-/// `ws[dst..dst + len] = ws[src..src + len]`.
-#[cube]
-pub(crate) fn copy(ws: &mut Tensor<f32>, dst: usize, src: usize, len: usize) {
-    let mut i = UNIT_POS as usize;
-    while i < len {
-        ws[dst + i] = ws[src + i];
-        i += CUBE_DIM as usize;
-    }
-    sync_storage();
-}
-
 /// `b_τ = Σ_{s≤τ} log g_s` of the chunk's `c` gates from `log_g[src]` into `ws[b..]`
 /// (one unit: a chunk is short).
 #[cube]

@@ -19,11 +19,12 @@ use burn::prelude::*;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::{empty_device_contiguous_dtype, zeros_client};
+use burn_cubecl::ops::numeric::zeros_client;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::state::{OrderState, state_len, unpack_output};
 use super::{HlaInput, HlaState, Order, ahla, first, second, third};
+use crate::fused::cube::{empty, units};
 use blocks::DimsLaunch;
 
 /// What one kernel call computes.
@@ -36,9 +37,7 @@ pub(crate) struct Kernel {
 /// Whether the chunked form of `input` runs these kernels: f32 on a CubeCL device with the
 /// kernels on, keys per head, and gates without a gradient.
 pub(crate) fn applies(input: &HlaInput) -> bool {
-    crate::fused::enabled()
-        && input.q.dtype() == DType::F32
-        && crate::fused::on_cube(&input.q.device())
+    crate::fused::applies_on_cube(&input.q)
         && input.k.dims()[1] == input.q.dims()[1]
         && input.log_g.as_ref().is_none_or(|g| !g.is_tracked())
 }
@@ -69,6 +68,7 @@ pub(crate) struct Sizes {
     time: usize,
     d: usize,
     dv: usize,
+    chunk: usize,
     chunks: usize,
     /// Floats of one head's state.
     len: usize,
@@ -83,14 +83,15 @@ impl Sizes {
             time,
             d,
             dv,
+            chunk: kernel.chunk,
             chunks: time.div_ceil(kernel.chunk),
             len: state_len(kernel.order, d, dv),
         }
     }
 
-    /// The kernels' sizes, for chunks of `chunk` and gates `[gb, gh, time]`.
-    fn dims(&self, chunk: usize, [gb, gh]: [usize; 2]) -> DimsLaunch {
-        DimsLaunch::new(self.time, self.d, self.dv, chunk, self.heads, gb, gh)
+    /// The kernels' sizes, for gates `[gb, gh, time]`.
+    fn dims(&self, [gb, gh]: [usize; 2]) -> DimsLaunch {
+        DimsLaunch::new(self.time, self.d, self.dv, self.chunk, self.heads, gb, gh)
     }
 
     /// Floats of the packed `[o, final state]`.
@@ -109,9 +110,6 @@ impl Sizes {
     }
 }
 
-/// Units per cube (wgpu's portable limit).
-const UNITS: u32 = 256;
-
 /// Workspace floats of one cube of `kernel`, forward and backward.
 fn workspace(kernel: Kernel, n: &Sizes) -> [usize; 2] {
     let (c, d, dv) = (kernel.chunk, n.d, n.dv);
@@ -123,18 +121,11 @@ fn workspace(kernel: Kernel, n: &Sizes) -> [usize; 2] {
     }
 }
 
-/// An uninitialised contiguous f32 tensor on `like`'s device.
-fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
-    let (client, device) = (like.client.clone(), like.device.clone());
-    empty_device_contiguous_dtype(client, device, Shape::new(dims), DType::F32)
-}
-
 /// One cube per sequence and head.
 fn grid(like: &CubeTensor, n: &Sizes) -> (CubeCount, CubeDim) {
-    let units = like.client.properties().hardware.max_cube_dim.0.min(UNITS);
     (
         CubeCount::Static(n.sequences as u32, 1, 1),
-        CubeDim::new_1d(units),
+        CubeDim::new_1d(units(like)),
     )
 }
 
@@ -147,7 +138,7 @@ pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: Kernel) -> (CubeTensor, C
     let (packed, starts) = (empty(&q, [n.packed()]), empty(&q, [n.starts()]));
     let ws = empty(&q, [n.sequences, workspace(kernel, &n)[0]]);
     let ((count, dim), client) = (grid(&q, &n), q.client.clone());
-    let dims = n.dims(kernel.chunk, [gb, gh]);
+    let dims = n.dims([gb, gh]);
     macro_rules! launch {
         ($order:ident) => {
             $order::cube::forward::launch(
@@ -194,7 +185,7 @@ pub(crate) fn backward(
     let (dv, dstate) = (empty(&q, v.shape().dims::<4>()), empty(&q, [n.state()]));
     let ws = empty(&q, [n.sequences, workspace(kernel, &n)[1]]);
     let ((count, dim), client) = (grid(&q, &n), q.client.clone());
-    let dims = n.dims(kernel.chunk, [gb, gh]);
+    let dims = n.dims([gb, gh]);
     macro_rules! launch {
         ($order:ident) => {
             $order::cube::backward::launch(

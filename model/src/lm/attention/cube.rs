@@ -10,15 +10,12 @@
 //! accumulators live in registers.
 
 use burn::backend::TensorMetadata;
-use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl;
 use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-/// Units per cube.
-const UNITS: u32 = 256;
+use crate::fused::cube::{empty, units};
 
 /// The keys `0 .. n` a query sees: `through` of them, at most `keys`.
 #[cube]
@@ -237,17 +234,12 @@ impl Sizes {
     }
 }
 
-/// An uninitialised contiguous f32 tensor on `like`'s device.
-fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
-    let (client, device) = (like.client.clone(), like.device.clone());
-    empty_device_contiguous_dtype(client, device, Shape::new(dims), DType::F32)
-}
-
-/// One unit per row of `rows`.
-fn grid(rows: usize) -> (CubeCount, CubeDim) {
+/// One unit per row of `rows`, in cubes of `like`'s device.
+fn grid(like: &CubeTensor, rows: usize) -> (CubeCount, CubeDim) {
+    let units = units(like);
     (
-        CubeCount::Static((rows as u32).div_ceil(UNITS), 1, 1),
-        CubeDim::new_1d(UNITS),
+        CubeCount::Static((rows as u32).div_ceil(units), 1, 1),
+        CubeDim::new_1d(units),
     )
 }
 
@@ -258,7 +250,7 @@ pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, Cub
     let mut o_dims = q.shape().dims::<4>();
     o_dims[3] = n.dv;
     let (o, lse) = (empty(&q, o_dims), empty(&q, [n.rows]));
-    let (count, dim) = grid(n.rows);
+    let (count, dim) = grid(&q, n.rows);
     forward_kernel::launch(
         &q.client.clone(),
         count,
@@ -290,7 +282,7 @@ pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -
     );
     let delta = empty(&q, [n.rows]);
     let client = q.client.clone();
-    let (count, dim) = grid(n.rows);
+    let (count, dim) = grid(&q, n.rows);
     query_grads::launch(
         &client,
         count,
@@ -310,7 +302,7 @@ pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -
         n.d,
         n.dv,
     );
-    let (count, dim) = grid(n.rows / n.queries.max(1) * n.keys);
+    let (count, dim) = grid(&q, n.rows / n.queries.max(1) * n.keys);
     key_grads::launch(
         &client,
         count,

@@ -28,10 +28,7 @@ pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, start: usize) 
         return Tensor::from_dispatch(o);
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    if crate::fused::enabled()
-        && q.dtype() == burn::tensor::DType::F32
-        && crate::fused::on_cube(&q.device())
-    {
+    if crate::fused::applies_on_cube(&q) {
         use crate::fused::cube::CubeOps;
         let o = <burn::backend::Dispatch as CubeOps>::attention(
             q.into_dispatch(),
