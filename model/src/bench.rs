@@ -19,7 +19,7 @@ pub enum Operator {
     Hla2Recurrent,
     /// First-order linear attention, chunk-parallel.
     LinearChunked,
-    /// Causal softmax attention (the softmax mixer's: fused on CPU devices).
+    /// Causal softmax attention (the softmax mixer's: CPU kernels on CPU devices).
     Softmax,
 }
 
@@ -32,11 +32,11 @@ impl Operator {
         Self::Softmax,
     ];
 
-    /// Whether a fused kernel computes this operator on `device` (every one on a CPU device;
+    /// Whether a CPU or GPU kernel computes this operator on `device` (every one on a CPU device;
     /// on a GPU device all but the serial recurrence).
     pub fn has_kernels(self, device: &Device) -> bool {
-        crate::fused::on_host(device)
-            || (crate::fused::on_cube(device) && self != Self::Hla2Recurrent)
+        crate::backend::on_cpu(device)
+            || (crate::backend::on_gpu(device) && self != Self::Hla2Recurrent)
     }
 
     pub fn name(self) -> &'static str {

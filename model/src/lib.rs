@@ -1,9 +1,16 @@
 //! Higher-order Linear Attention on Burn: the operators in their reference, recurrent and
-//! chunk-parallel forms.
+//! chunk-parallel forms, and the language models built from them.
+//!
+//! Dependencies run one way: [`backend`] (machinery every kernel shares) ← [`hla`] (the
+//! operators, with their CPU and GPU kernels) ← [`lm`] (the language model, its ops with
+//! their kernels) ← [`optim`]; [`agreement`] and [`bench`] serve tests and benchmarks.
+//! See `docs/architecture.md`.
 
+pub mod agreement;
+pub mod backend;
 pub mod bench;
-pub mod compare;
-pub mod fused;
 pub mod hla;
 pub mod lm;
 pub mod optim;
+#[cfg(test)]
+mod testing;

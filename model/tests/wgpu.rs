@@ -100,19 +100,19 @@ fn hla_forms_match_the_cpu() {
 fn composed(order: Order, x: &HlaInput, state: HlaState, c: usize) -> (Tensor<4>, HlaState) {
     match (order, state) {
         (Order::First, HlaState::First(s)) => {
-            let (o, s) = first::chunked_composed(x, s, c);
+            let (o, s) = first::chunked(x, s, c);
             (o, HlaState::First(s))
         }
         (Order::Second, HlaState::Second(s)) => {
-            let (o, s) = second::chunked_composed(x, s, c);
+            let (o, s) = second::chunked(x, s, c);
             (o, HlaState::Second(s))
         }
         (Order::Third, HlaState::Third(s)) => {
-            let (o, s) = third::chunked_composed(x, s, c);
+            let (o, s) = third::chunked(x, s, c);
             (o, HlaState::Third(s))
         }
         (Order::Asymmetric, HlaState::Asymmetric(s)) => {
-            let (o, s) = ahla::chunked_composed(x, s, c);
+            let (o, s) = ahla::chunked(x, s, c);
             (o, HlaState::Asymmetric(s))
         }
         (order, _) => unreachable!("a state of another order than {order:?}"),
@@ -294,7 +294,7 @@ fn gpu_kernels_change_no_loss_and_no_gradient() {
         let (inputs, targets) = (ids.clone().slice(s![.., 0..21]), ids.slice(s![.., 1..22]));
         let mut runs = Vec::new();
         for enabled in [true, false] {
-            hla_model::fused::set_enabled(enabled);
+            hla_model::backend::set_enabled(enabled);
             let loss = lm.loss(inputs.clone(), targets.clone());
             let grads = param_grads(&lm, &loss.backward());
             runs.push((
@@ -302,7 +302,7 @@ fn gpu_kernels_change_no_loss_and_no_gradient() {
                 grads.into_iter().map(to_cpu).collect::<Vec<_>>(),
             ));
         }
-        hla_model::fused::set_enabled(true);
+        hla_model::backend::set_enabled(true);
         let ((loss, grads), (want_loss, want_grads)) = (&runs[0], &runs[1]);
         let error = rel_rms(loss, want_loss);
         assert!(error < 1e-5, "{mixer:?}: loss error {error:e}");

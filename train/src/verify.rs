@@ -4,7 +4,7 @@
 use anyhow::{Result, bail};
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use hla_model::compare::relative_rms_error;
+use hla_model::agreement::relative_rms_error;
 use hla_model::hla::{
     DEFAULT_DECAY_BASE, Form, HlaInput, HlaState, Order, Output, fixed_log_gates, forward,
     multi_scale_decay,

@@ -198,7 +198,7 @@ mod tests {
     use burn::tensor::{Distribution, TensorData};
 
     use super::*;
-    use crate::compare::relative_rms_error;
+    use crate::agreement::relative_rms_error;
 
     /// The scan against the serial recurrence `X_{n+1} = ρ_n X_n + Δ_n`: one mask (1, 32
     /// chunks), blocks with a ragged last one (33), two levels without padding (512) and

@@ -14,11 +14,17 @@
 //!   used for evaluation and generation.
 //! * `chunked`: the chunk-parallel matmul form used for training; takes an initial state
 //!   and returns the final one, so a prefix can be processed in parallel and the
-//!   recurrence continue from it. It runs as fused kernels where they apply: on CPU
-//!   devices (`fused`, every order), on CubeCL devices (`cube`: first, second order and
-//!   AHLA, gates without a gradient); elsewhere as the composed form, their test oracle.
+//!   recurrence continue from it. Each order's `chunked` is the composed form (Burn's
+//!   tensor ops), the one place its chunk equations are written; each order also has a
+//!   CPU kernel (`cpu`, every order) and a GPU kernel (`gpu`, every order, gates without a
+//!   gradient), which [`forward`] runs instead where they apply (`route`), with the
+//!   composed form as their test oracle.
 //!
-//! Spec: `shared/spec/hla-math.md`. Decay and per-token gates follow the corrected rules
+//! The order-independent parts of the kernels are leaves here (`cpu`, `gpu`); the order
+//! folders build on them and do not route; `state` holds the one table that maps an
+//! [`Order`] to its forms, kernels and state layout.
+//!
+//! Math: `docs/math.md`. Decay and per-token gates follow the corrected rules
 //! of §6 (`Z ← g² Z + (S q) vᵀ`), extended here to third order (`Y ← g³ Y + …`) and
 //! AHLA (`E ← g E + …`) with the same product decay: every index of a term decays from
 //! its own position to `t`. These extensions are checked in float64 by
@@ -32,14 +38,18 @@
 
 pub mod ahla;
 mod chunks;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) mod cube;
+#[cfg(cpu_kernels)]
+pub(crate) mod cpu;
 mod decay;
 pub mod first;
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(crate) mod fused;
+#[cfg(gpu_kernels)]
+pub(crate) mod gpu;
 mod input;
+#[cfg(all(test, cpu_kernels))]
+mod kernel_tests;
 mod normalize;
+mod packing;
+mod route;
 pub mod second;
 mod spans;
 mod state;
@@ -47,10 +57,15 @@ pub mod third;
 
 pub use input::{DEFAULT_DECAY_BASE, HlaError, HlaInput, fixed_log_gates, multi_scale_decay};
 pub use normalize::{Output, sign_preserving_clamp};
+pub(crate) use packing::{pack_state, unpack_state};
 pub use state::HlaState;
-pub(crate) use state::{pack_state, state_parts, unpack_state};
+#[cfg(cpu_kernels)]
+pub(crate) use state::cpu_kernels;
+pub(crate) use state::state_parts;
 
 use burn::prelude::*;
+
+use state::{Operator, with_operator};
 
 /// Which operator.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -92,22 +107,15 @@ impl Form {
         }
     }
 
-    /// Runs the form of one operator, given its three forms.
-    fn run<S>(
-        self,
-        input: &HlaInput,
-        state: S,
-        reference: fn(&HlaInput, S) -> (Tensor<4>, S),
-        recurrent: fn(&HlaInput, S) -> (Tensor<4>, S),
-        chunked: fn(&HlaInput, S, usize) -> (Tensor<4>, S),
-    ) -> (Tensor<4>, S) {
+    /// Runs this form of `O`.
+    fn run<O: Operator>(self, input: &HlaInput, state: O::State) -> (Tensor<4>, O::State) {
         match self {
-            Form::Reference => reference(input, state),
-            Form::Recurrent => recurrent(input, state),
-            Form::Chunked(chunk) => chunked(input, state, chunk),
+            Form::Reference => O::reference(input, state),
+            Form::Recurrent => O::recurrent(input, state),
+            Form::Chunked(chunk) => route::chunked::<O>(input, state, chunk),
             Form::Segmented { chunk, segment } => {
                 let pass = (segment / chunk.max(1)).max(1) * chunk;
-                spans::scan(input, state, pass, |x, s| chunked(x, s, chunk))
+                spans::scan(input, state, pass, |x, s| route::chunked::<O>(x, s, chunk))
             }
         }
     }
@@ -132,46 +140,10 @@ pub fn forward(
 ) -> (Tensor<4>, HlaState) {
     let state = state.unwrap_or_else(|| HlaState::zeros(order, &input, output));
     let input = output.augment(input);
-    let (o, state) = match (order, state) {
-        (Order::First, HlaState::First(s)) => {
-            let (o, s) = form.run(
-                &input,
-                s,
-                first::reference,
-                first::recurrent,
-                first::chunked,
-            );
-            (o, HlaState::First(s))
-        }
-        (Order::Second, HlaState::Second(s)) => {
-            let (o, s) = form.run(
-                &input,
-                s,
-                second::reference,
-                second::recurrent,
-                second::chunked,
-            );
-            (o, HlaState::Second(s))
-        }
-        (Order::Third, HlaState::Third(s)) => {
-            let (o, s) = form.run(
-                &input,
-                s,
-                third::reference,
-                third::recurrent,
-                third::chunked,
-            );
-            (o, HlaState::Third(s))
-        }
-        (Order::Asymmetric, HlaState::Asymmetric(s)) => {
-            let (o, s) = form.run(&input, s, ahla::reference, ahla::recurrent, ahla::chunked);
-            (o, HlaState::Asymmetric(s))
-        }
-        (order, state) => panic!(
-            "a {:?} state passed to the {order:?} operator",
-            state.order()
-        ),
-    };
+    let (o, state) = with_operator!(order, O => {
+        let (o, s) = form.run::<O>(&input, O::unwrap(state));
+        (o, O::wrap(s))
+    });
     (output.finish(o), state)
 }
 

@@ -24,13 +24,13 @@ pub enum MixerKind {
 }
 
 impl MixerKind {
-    /// Whether the fused kernels run this mixer's training step on `device` with `decay`:
+    /// Whether the CPU or GPU kernels run this mixer's training step on `device` with `decay`:
     /// every mixer's on a CPU device; on a GPU device (wgpu, cuda) the causal attention's
     /// and the chunked HLA forms' of every order, for gates that need no gradient (not
     /// [`DecayKind::Gated`]).
     pub fn has_kernels(&self, decay: DecayKind, device: &Device) -> bool {
-        crate::fused::on_host(device)
-            || (crate::fused::on_cube(device)
+        crate::backend::on_cpu(device)
+            || (crate::backend::on_gpu(device)
                 && (*self == Self::Softmax || decay != DecayKind::Gated))
     }
 }

@@ -10,6 +10,8 @@ mod block;
 mod config;
 pub mod conv;
 pub mod head;
+#[cfg(all(test, cpu_kernels))]
+mod kernel_tests;
 pub mod linear;
 pub(crate) mod mixer;
 pub mod mlp;

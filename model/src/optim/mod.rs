@@ -1,11 +1,11 @@
 //! AdamW as Burn's (`burn::optim::AdamW`, decoupled weight decay, bias-corrected moments)
-//! with its per-parameter gradient-norm clipping, as one fused kernel per parameter on CPU
-//! devices ([`fused`]): Burn's runs about fifteen elementwise ops per parameter. Elsewhere,
+//! with its per-parameter gradient-norm clipping, as one CPU kernel per parameter on CPU
+//! devices ([`cpu`]): Burn's runs about fifteen elementwise ops per parameter. Elsewhere,
 //! and as the test oracle, Burn's own. The state is Burn's `AdamWState`, so optimizer
 //! checkpoints are the same either way.
 
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(crate) mod fused;
+#[cfg(cpu_kernels)]
+pub(crate) mod cpu;
 
 use burn::grad_clipping::GradientClipping;
 use burn::optim::{AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, Optimizer};
@@ -67,19 +67,19 @@ impl Optimizer for AdamW {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
-        #[cfg(any(feature = "ndarray", feature = "flex"))]
-        if crate::fused::applies(&tensor) {
-            use crate::fused::FusedOps;
+        #[cfg(cpu_kernels)]
+        if crate::backend::takes_cpu_kernel(&tensor) {
+            use cpu::AdamWCpuOps;
             let (m, v, time) = match state {
                 Some(s) => (s.momentum.moment_1, s.momentum.moment_2, s.momentum.time),
                 None => (tensor.zeros_like(), tensor.zeros_like(), 0),
             };
-            let settings = fused::Step {
+            let settings = cpu::Step {
                 adamw: *self,
                 lr,
                 time: time + 1,
             };
-            let (p, m, v) = <burn::backend::Dispatch as FusedOps>::adamw(
+            let (p, m, v) = <burn::backend::Dispatch as AdamWCpuOps>::adamw(
                 tensor.into_dispatch(),
                 grad.into_dispatch(),
                 m.into_dispatch(),
@@ -102,18 +102,18 @@ impl Optimizer for AdamW {
     }
 }
 
-#[cfg(all(test, any(feature = "ndarray", feature = "flex")))]
+#[cfg(all(test, cpu_kernels))]
 mod tests {
     use burn::tensor::Distribution;
 
     use super::*;
-    use crate::compare::relative_rms_error;
+    use crate::agreement::relative_rms_error;
 
-    /// Five steps of the fused AdamW against Burn's (with its clipping), with and without
+    /// Five steps of the CPU kernel of AdamW against Burn's (with its clipping), with and without
     /// clipping and weight decay, gradients large enough to be clipped: parameters and
     /// moments agree.
     #[test]
-    fn fused_adamw_is_burns() {
+    fn cpu_adamw_is_burns() {
         #[allow(deprecated)]
         let devices = [
             #[cfg(feature = "ndarray")]
@@ -132,16 +132,16 @@ mod tests {
                 };
                 let normal = Distribution::Normal(0.0, 1.0);
                 let start = Tensor::<2>::random([37, 19], normal, &device);
-                let (mut fused, mut composed) = ((start.clone(), None), (start, None));
+                let (mut kernel, mut composed) = ((start.clone(), None), (start, None));
                 for step in 0..5 {
                     let grad = Tensor::<2>::random([37, 19], normal, &device) * 3.0;
                     let lr = 1e-2 / (1.0 + step as f64);
-                    fused = adamw.step(lr, fused.0, grad.clone(), fused.1);
+                    kernel = adamw.step(lr, kernel.0, grad.clone(), kernel.1);
                     composed = adamw.step_composed(lr, composed.0, grad, composed.1);
-                    let (f, c) = (fused.1.clone().unwrap(), composed.1.clone().unwrap());
+                    let (f, c) = (kernel.1.clone().unwrap(), composed.1.clone().unwrap());
                     assert_eq!(f.momentum.time, c.momentum.time);
                     let errors = [
-                        relative_rms_error(fused.0.clone(), composed.0.clone()),
+                        relative_rms_error(kernel.0.clone(), composed.0.clone()),
                         relative_rms_error(f.momentum.moment_1, c.momentum.moment_1),
                         relative_rms_error(f.momentum.moment_2, c.momentum.moment_2),
                     ];

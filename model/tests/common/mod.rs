@@ -3,7 +3,7 @@
 
 use burn::module::{ModuleVisitor, Param};
 use burn::prelude::*;
-use hla_model::compare::relative_rms_error;
+use hla_model::agreement::relative_rms_error;
 use hla_model::hla::{HlaInput, HlaState, Order, Output};
 use hla_model::lm::{Lm, LmConfig, MixerKind};
 

@@ -70,7 +70,7 @@ impl Bench {
         }
         // Seconds and peak heap bytes of one call.
         let once = |&(op, i, backward, fused): &(Operator, usize, bool, bool)| {
-            hla_model::fused::set_enabled(fused);
+            hla_model::backend::set_enabled(fused);
             let (x, x_grad) = &inputs[i];
             let base = alloc::reset_peak();
             let start = Instant::now();
@@ -105,7 +105,7 @@ impl Bench {
                 }
             }
         }
-        hla_model::fused::set_enabled(true);
+        hla_model::backend::set_enabled(true);
         let rows = cases.iter().zip(runs).zip(peaks);
         Ok(rows
             .map(|((&(op, i, backward, fused), runs), peak)| {

@@ -180,7 +180,7 @@ impl Case {
     /// One optimizer step; returns the seconds of its phases (forward, backward,
     /// optimizer) and its peak heap bytes.
     fn step(&mut self, device: &Device) -> Result<([f64; 3], usize)> {
-        hla_model::fused::set_enabled(self.fused);
+        hla_model::backend::set_enabled(self.fused);
         let trainee = self
             .trainee
             .take()
@@ -271,7 +271,7 @@ impl Bench {
                 }
             }
         }
-        hla_model::fused::set_enabled(true);
+        hla_model::backend::set_enabled(true);
         Ok(cases
             .iter()
             .zip(runs)

@@ -4,14 +4,14 @@
 //! paper's Algorithm 2 does for a fixed γ.
 
 mod chunked;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) mod cube;
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(crate) mod fused;
-pub(crate) mod recurrent;
+#[cfg(cpu_kernels)]
+pub(crate) mod cpu;
+#[cfg(gpu_kernels)]
+pub(crate) mod gpu;
+mod recurrent;
 mod reference;
 
-pub use chunked::{chunked, chunked_composed};
+pub use chunked::chunked;
 pub use recurrent::{recurrent, step};
 pub use reference::reference;
 
@@ -24,4 +24,46 @@ pub struct State {
     pub p: Tensor<4>,
     /// `E`, `[batch, heads, d, dv]` (last column `n` when normalised).
     pub e: Tensor<4>,
+}
+
+impl State {
+    /// The zero state of `b` sequences with `h` heads (`sh` for the key moment) and
+    /// widths `d`, `dv`.
+    pub(crate) fn zeros([b, h, _]: [usize; 3], [d, dv]: [usize; 2], device: &Device) -> Self {
+        let zeros = |heads, rows, cols| Tensor::zeros([b, heads, rows, cols], device);
+        Self {
+            p: zeros(h, d, dv),
+            e: zeros(h, d, dv),
+        }
+    }
+
+    /// Every tensor, in the order of the fields.
+    pub(crate) fn tensors(&self) -> Vec<Tensor<4>> {
+        vec![self.p.clone(), self.e.clone()]
+    }
+
+    /// The inverse of [`State::tensors`].
+    ///
+    /// # Panics
+    ///
+    /// If `tensors` has too few.
+    pub(crate) fn from_tensors(tensors: Vec<Tensor<4>>) -> Self {
+        let mut it = tensors.into_iter();
+        let mut next = || it.next().expect("too few state tensors");
+        Self {
+            p: next(),
+            e: next(),
+        }
+    }
+}
+
+/// One head's state as `[rows, cols]` parts in the order of [`State`]'s fields:
+/// `P`, `E [d, dv]`.
+pub(crate) fn state_parts(d: usize, dv: usize) -> Vec<[usize; 2]> {
+    vec![[d, dv], [d, dv]]
+}
+
+/// Floats of one head's state.
+pub(crate) fn state_len(d: usize, dv: usize) -> usize {
+    state_parts(d, dv).iter().map(|[r, c]| r * c).sum()
 }

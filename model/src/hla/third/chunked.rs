@@ -25,24 +25,11 @@ use super::State;
 use crate::hla::{HlaInput, chunks::Chunked};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
-/// returns `o [batch, heads, time, dv]` and the final state. On CPU devices the fused form
-/// ([`super::fused`]) computes the same numbers, on GPU devices the kernels of
-/// [`super::cube`]; this composed one serves the others and is their test oracle,
-/// [`chunked_composed`].
+/// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
+/// place this order's chunk equations are written, the test oracle of the CPU and GPU
+/// kernels ([`super::cpu`], [`super::gpu`]), which [`crate::hla::forward`] runs instead
+/// where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::hla::fused::applies(input) {
-        return crate::hla::fused::run(input, state, chunk);
-    }
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    if crate::hla::cube::applies(input) {
-        return crate::hla::cube::run(input, state, chunk);
-    }
-    chunked_composed(input, state, chunk)
-}
-
-/// The composed chunk-parallel form (see [`chunked`]).
-pub fn chunked_composed(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
     let Chunked {
         chunks,
         decay,

@@ -4,14 +4,14 @@
 //! different operator (spec §8 [E]); gates use the product decay of §6 (derived here).
 
 mod chunked;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) mod cube;
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(crate) mod fused;
-pub(crate) mod recurrent;
+#[cfg(cpu_kernels)]
+pub(crate) mod cpu;
+#[cfg(gpu_kernels)]
+pub(crate) mod gpu;
+mod recurrent;
 mod reference;
 
-pub use chunked::{chunked, chunked_composed};
+pub use chunked::chunked;
 pub use recurrent::{recurrent, step};
 pub use reference::reference;
 
@@ -26,4 +26,48 @@ pub struct State {
     pub p: Tensor<4>,
     /// `Y`, `[batch, heads, d, dv]` (last column `y` when normalised).
     pub y: Tensor<4>,
+}
+
+impl State {
+    /// The zero state of `b` sequences with `h` heads (`sh` for the key moment) and
+    /// widths `d`, `dv`.
+    pub(crate) fn zeros([b, h, sh]: [usize; 3], [d, dv]: [usize; 2], device: &Device) -> Self {
+        let zeros = |heads, rows, cols| Tensor::zeros([b, heads, rows, cols], device);
+        Self {
+            s: zeros(sh, d, d),
+            p: zeros(h, d, dv),
+            y: zeros(h, d, dv),
+        }
+    }
+
+    /// Every tensor, in the order of the fields.
+    pub(crate) fn tensors(&self) -> Vec<Tensor<4>> {
+        vec![self.s.clone(), self.p.clone(), self.y.clone()]
+    }
+
+    /// The inverse of [`State::tensors`].
+    ///
+    /// # Panics
+    ///
+    /// If `tensors` has too few.
+    pub(crate) fn from_tensors(tensors: Vec<Tensor<4>>) -> Self {
+        let mut it = tensors.into_iter();
+        let mut next = || it.next().expect("too few state tensors");
+        Self {
+            s: next(),
+            p: next(),
+            y: next(),
+        }
+    }
+}
+
+/// One head's state as `[rows, cols]` parts in the order of [`State`]'s fields:
+/// `S [d, d]`, `P`, `Y [d, dv]`.
+pub(crate) fn state_parts(d: usize, dv: usize) -> Vec<[usize; 2]> {
+    vec![[d, d], [d, dv], [d, dv]]
+}
+
+/// Floats of one head's state.
+pub(crate) fn state_len(d: usize, dv: usize) -> usize {
+    state_parts(d, dv).iter().map(|[r, c]| r * c).sum()
 }

@@ -1,13 +1,13 @@
 //! Causal softmax attention, `softmax(q kᵀ / √d) v`, of queries at positions
 //! `start .. start + Tq` over keys `0 .. Tk`: query `i` sees keys `j ≤ start + i`. On CPU
-//! devices one fused kernel each way ([`fused`]): tiled with an online softmax, no `Tq × Tk`
+//! devices one CPU kernel each way ([`cpu`]): tiled with an online softmax, no `Tq × Tk`
 //! tensor in the forward or the backward pass (FlashAttention-2's algorithm). On CubeCL
 //! devices (wgpu, cuda) kernels with the same algorithm, one unit per row ([`cube`]).
 //! Elsewhere Burn's attention op.
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) mod cube;
-pub(crate) mod fused;
+pub(crate) mod cpu;
+#[cfg(gpu_kernels)]
+pub(crate) mod gpu;
 
 use burn::prelude::*;
 use burn::tensor::module::attention;
@@ -16,10 +16,10 @@ use burn::tensor::ops::AttentionModuleOptions;
 /// `q [batch, heads, Tq, d]`, `k [batch, heads, Tk, d]`, `v [batch, heads, Tk, dv]` →
 /// `[batch, heads, Tq, dv]`, with `start + Tq ≤ Tk`.
 pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, start: usize) -> Tensor<4> {
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&q) {
-        use crate::fused::FusedOps;
-        let o = <burn::backend::Dispatch as FusedOps>::attention(
+    #[cfg(cpu_kernels)]
+    if crate::backend::takes_cpu_kernel(&q) {
+        use cpu::AttentionCpuOps;
+        let o = <burn::backend::Dispatch as AttentionCpuOps>::attention(
             q.into_dispatch(),
             k.into_dispatch(),
             v.into_dispatch(),
@@ -27,10 +27,10 @@ pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, start: usize) 
         );
         return Tensor::from_dispatch(o);
     }
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    if crate::fused::applies_on_cube(&q) {
-        use crate::fused::cube::CubeOps;
-        let o = <burn::backend::Dispatch as CubeOps>::attention(
+    #[cfg(gpu_kernels)]
+    if crate::backend::takes_gpu_kernel(&q) {
+        use gpu::AttentionGpuOps;
+        let o = <burn::backend::Dispatch as AttentionGpuOps>::attention(
             q.into_dispatch(),
             k.into_dispatch(),
             v.into_dispatch(),

@@ -1,8 +1,8 @@
 //! The short causal depthwise convolution (kernel 3–4) before the token mixer: the
 //! Zoology/Based recipe, flash-linear-attention's `ShortConvolution`. On CPU devices the
-//! convolution and its SiLU are one fused kernel ([`fused`]).
+//! convolution and its SiLU are one CPU kernel ([`cpu`]).
 
-pub(crate) mod fused;
+pub(crate) mod cpu;
 
 use burn::module::{Initializer, Param};
 use burn::prelude::*;
@@ -67,11 +67,11 @@ impl ShortConv {
 /// `[batch, time, channels]`.
 pub fn convolve(x: Tensor<3>, history: Option<Tensor<3>>, weight: Tensor<2>) -> Tensor<3> {
     let [batch, _, channels] = x.dims();
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&x) {
-        use crate::fused::FusedOps;
+    #[cfg(cpu_kernels)]
+    if crate::backend::takes_cpu_kernel(&x) {
+        use cpu::ConvCpuOps;
         let history = history.unwrap_or_else(|| Tensor::zeros([batch, 0, channels], &x.device()));
-        let y = <burn::backend::Dispatch as FusedOps>::short_conv(
+        let y = <burn::backend::Dispatch as ConvCpuOps>::short_conv(
             x.into_dispatch(),
             history.into_dispatch(),
             weight.into_dispatch(),

@@ -2,14 +2,14 @@
 //! embedding table, tied, or a weight of its own) and the cross-entropy of the targets.
 //!
 //! On CPU devices the projection, log-softmax, loss, accuracy and the gradients of the rows
-//! and the head weight run as one fused pass over blocks of rows ([`fused`], the technique
+//! and the head weight run as one pass over blocks of rows ([`cpu`], the technique
 //! of Liger Kernel's fused linear cross-entropy): no `[rows, vocab]` tensor lives across
 //! forward and backward, which at a GPT-2 vocabulary is most of a step's memory. The
 //! composed form ([`head_loss_composed`], [`scores_composed`]) is its test oracle and
 //! serves every other device.
 
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(crate) mod fused;
+#[cfg(cpu_kernels)]
+pub(crate) mod cpu;
 
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
@@ -58,7 +58,7 @@ impl Lm {
 
     /// Mean cross-entropy of `rows [n, d_model]` (from [`Lm::rows`]) against `targets
     /// [n]`, with the count of rows the head predicts right: the final norm, the head and
-    /// the loss, fused on CPU devices.
+    /// the loss, a CPU kernel on CPU devices.
     pub fn head_loss(&self, rows: Tensor<2>, targets: Tensor<1, Int>) -> HeadLoss {
         let (weight, transposed) = self.head_weight();
         head_loss(self.final_norm(rows), weight, transposed, targets)
@@ -87,18 +87,18 @@ impl Lm {
 }
 
 /// Mean cross-entropy of the logits `x W` (`x Wᵀ` when `transposed`) of `x [n, d]`
-/// against `targets [n]`, and the count of hits; fused on CPU devices.
+/// against `targets [n]`, and the count of hits; a CPU kernel on CPU devices.
 pub fn head_loss(
     x: Tensor<2>,
     weight: Tensor<2>,
     transposed: bool,
     targets: Tensor<1, Int>,
 ) -> HeadLoss {
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&x) {
-        use crate::fused::FusedOps;
+    #[cfg(cpu_kernels)]
+    if crate::backend::takes_cpu_kernel(&x) {
+        use cpu::HeadCpuOps;
         let rows = x.dims()[0];
-        let out = <burn::backend::Dispatch as FusedOps>::head_loss(
+        let out = <burn::backend::Dispatch as HeadCpuOps>::head_loss(
             x.into_dispatch(),
             weight.into_dispatch(),
             targets.float().into_dispatch(),
@@ -143,17 +143,17 @@ fn composed(logits: Tensor<2>, targets: Tensor<1, Int>) -> (Tensor<1>, Tensor<1,
 }
 
 /// Each target's negative log-likelihood and hit for the logits `x W` (`x Wᵀ` when
-/// `transposed`) of `x [n, d]`; fused on CPU devices, no gradient.
+/// `transposed`) of `x [n, d]`; a CPU kernel on CPU devices, no gradient.
 pub fn scores(
     x: Tensor<2>,
     weight: Tensor<2>,
     transposed: bool,
     targets: Tensor<1, Int>,
 ) -> TokenScores {
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&x) {
-        use crate::fused::FusedOps;
-        let out = <burn::backend::Dispatch as FusedOps>::head_scores(
+    #[cfg(cpu_kernels)]
+    if crate::backend::takes_cpu_kernel(&x) {
+        use cpu::HeadCpuOps;
+        let out = <burn::backend::Dispatch as HeadCpuOps>::head_scores(
             x.detach().into_dispatch(),
             weight.detach().into_dispatch(),
             targets.float().into_dispatch(),

@@ -1,8 +1,8 @@
 //! Projections `x W` of every linear layer (bias-free) and the tied output head `x Eᵀ`, one
-//! fused matmul each way on CPU devices ([`fused`]): rows of every leading dimension in
+//! CPU kernel each way on CPU devices ([`cpu`]): rows of every leading dimension in
 //! one product, transposed operands read in place, and one autodiff node.
 
-pub(crate) mod fused;
+pub(crate) mod cpu;
 
 use burn::nn::Linear;
 use burn::prelude::*;
@@ -41,13 +41,13 @@ pub fn project_composed<const D: usize>(
 }
 
 fn fused_or<const D: usize>(x: Tensor<D>, weight: Tensor<2>, transposed: bool) -> Tensor<D> {
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&x) {
-        use crate::fused::FusedOps;
+    #[cfg(cpu_kernels)]
+    if crate::backend::takes_cpu_kernel(&x) {
+        use cpu::LinearCpuOps;
         let dims = x.dims();
         let d_out = weight.dims()[if transposed { 0 } else { 1 }];
         let rows = x.reshape([-1, dims[D - 1] as i32]);
-        let y = <burn::backend::Dispatch as FusedOps>::project(
+        let y = <burn::backend::Dispatch as LinearCpuOps>::project(
             rows.into_dispatch(),
             weight.into_dispatch(),
             transposed,

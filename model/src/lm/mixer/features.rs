@@ -1,4 +1,4 @@
-//! The feature maps of queries and keys before HLA or linear attention (the fused mixer's
+//! The feature maps of queries and keys before HLA or linear attention (the CPU mixer kernels'
 //! kernels in [`super::tokens`] compute the same maps by hand).
 
 use burn::prelude::*;
@@ -34,12 +34,12 @@ fn elu_plus_one(x: Tensor<4>) -> Tensor<4> {
     x.clone().clamp_min(0.0) + x.clamp_max(0.0).exp()
 }
 
-#[cfg(all(test, any(feature = "ndarray", feature = "flex")))]
+#[cfg(all(test, cpu_kernels))]
 mod tests {
     use burn::tensor::TensorData;
 
     use super::*;
-    use crate::fused::tests::devices;
+    use crate::testing::cpu_devices as devices;
 
     /// The map's values and input gradients (of the sum of the mapped q and k) at `x`.
     fn value_and_grad(map: FeatureMap, x: &[f32], device: &Device) -> (Vec<f32>, Vec<f32>) {

@@ -1,14 +1,14 @@
 //! The token mixer of a block: HLA (second, third order, asymmetric), first-order linear
 //! attention, or softmax attention, behind the same projections, short convolution and
 //! output path, so that only the mixing rule differs between them. On CPU devices the
-//! default recipe of HLA and linear attention runs fused from the projections on
+//! default recipe of HLA and linear attention runs as CPU kernels from the projections on
 //! ([`tokens`]).
 
 mod features;
+#[cfg(cpu_kernels)]
+pub(crate) mod qkv;
 mod recur;
 mod softmax;
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(crate) mod tokens;
 
 use burn::module::Initializer;
 use burn::nn::{
@@ -46,12 +46,12 @@ pub struct MixerState {
 enum Memory {
     /// HLA and linear attention: the constant-size state.
     Recurrent(HlaState),
-    /// HLA and linear attention after the fused serial recurrence: `[state | o]` of its last
+    /// HLA and linear attention after the CPU kernel of the serial recurrence: `[state | o]` of its last
     /// call, the state of `batch` sequences packed per head, updated in place by the next.
     Packed { packed: Tensor<1>, batch: usize },
     /// Softmax attention: keys (after RoPE) and values so far, `[batch, heads, time, d]`.
     Cache { k: Tensor<4>, v: Tensor<4> },
-    /// Softmax attention after the fused mixer: the projected `qkv [batch, time, 3·d]` of
+    /// Softmax attention after the CPU kernels from qkv: the projected `qkv [batch, time, 3·d]` of
     /// the tokens from position 0, made into a [`Memory::Cache`] when a call needs it.
     Projected(Tensor<3>),
 }
@@ -159,9 +159,9 @@ impl Mixer {
                 (qkv, Some(history))
             }
         };
-        #[cfg(any(feature = "ndarray", feature = "flex"))]
-        if let Some(fused) = self.fused(&qkv, widths, form, memory.as_ref()) {
-            let (o, memory) = self.recur_fused(&x, qkv, memory, fused);
+        #[cfg(cpu_kernels)]
+        if let Some(call) = self.cpu_call(&qkv, widths, form, memory.as_ref()) {
+            let (o, memory) = self.recur_on_cpu(&x, qkv, memory, call);
             let o = match &self.out_norm {
                 Some(norm) => {
                     let [b, t, d] = o.dims();
@@ -172,13 +172,13 @@ impl Mixer {
             };
             return (self.output(&x, o), MixerState { conv, memory });
         }
-        #[cfg(any(feature = "ndarray", feature = "flex"))]
+        #[cfg(cpu_kernels)]
         if self.settings.kind == MixerKind::Softmax
             && memory.is_none()
-            && crate::fused::applies(&qkv)
+            && crate::backend::takes_cpu_kernel(&qkv)
         {
             let table = self.rope_table(qkv.dims()[1], &qkv.device());
-            let o = tokens::attention::forward(qkv.clone(), table, self.settings.heads);
+            let o = qkv::attention::forward(qkv.clone(), table, self.settings.heads);
             let memory = Memory::Projected(qkv);
             return (self.output(&x, o), MixerState { conv, memory });
         }

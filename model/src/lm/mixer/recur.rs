@@ -1,12 +1,12 @@
-//! The recurrent mixers (HLA of every order and linear attention): the fused mixer on CPU
-//! devices ([`super::tokens`]), in chunks or by the serial recurrence, and the composed
+//! The recurrent mixers (HLA of every order and linear attention): the CPU kernels on CPU
+//! devices ([`super::qkv`]), in chunks or by the serial recurrence, and the composed
 //! forms of [`crate::hla`] elsewhere; and the state they carry between calls.
 
 use burn::prelude::*;
 use burn::tensor::activation::log_sigmoid;
 
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-use super::tokens;
+#[cfg(cpu_kernels)]
+use super::qkv;
 use super::{GATE_TEMPERATURE, Memory, Mixer};
 use crate::hla::{
     self, Form, HlaInput, HlaState, Order, Output, fixed_log_gates, multi_scale_decay, state_parts,
@@ -15,30 +15,30 @@ use crate::hla::{
 use crate::lm::linear::linear;
 use crate::lm::{DecayKind, MixerKind};
 
-/// How the fused mixer computes a call.
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(super) struct Fused {
-    tokens: tokens::Tokens,
+/// How the CPU kernels compute a call.
+#[cfg(cpu_kernels)]
+pub(super) struct CpuCall {
+    hla: qkv::QkvHla,
     /// By the serial recurrence in place (evaluation, generation: no gradient), not in
     /// chunks.
     serial: bool,
 }
 
 impl Mixer {
-    /// The fused mixer's settings, if it computes this call: HLA of any order or linear
+    /// The CPU kernels' settings, if it computes this call: HLA of any order or linear
     /// attention in one chunk-parallel pass or by the serial recurrence, keys per head, on
     /// a CPU device.
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    pub(super) fn fused(
+    #[cfg(cpu_kernels)]
+    pub(super) fn cpu_call(
         &self,
         qkv: &Tensor<3>,
         widths: [usize; 3],
         form: Form,
         memory: Option<&Memory>,
-    ) -> Option<Fused> {
+    ) -> Option<CpuCall> {
         let s = &self.settings;
         let order = self.order()?;
-        // The serial recurrence fused only where no gradient is asked for (it has no
+        // The serial recurrence on the CPU kernels only where no gradient is asked for (it has no
         // backward pass): evaluation and generation.
         let (chunk, serial) = match form {
             Form::Chunked(chunk) => (chunk, false),
@@ -49,8 +49,9 @@ impl Mixer {
             memory,
             None | Some(Memory::Recurrent(_) | Memory::Packed { .. })
         );
-        let tokens = tokens::Tokens {
+        let hla = qkv::QkvHla {
             order,
+            kernels: hla::cpu_kernels(order),
             heads: s.heads,
             map: s.feature_map,
             chunk,
@@ -61,39 +62,39 @@ impl Mixer {
             gates: false,
         };
         let keys_per_head = widths[0] == widths[1];
-        (keys_per_head && recurrent && crate::fused::applies(qkv))
-            .then_some(Fused { tokens, serial })
+        (keys_per_head && recurrent && crate::backend::takes_cpu_kernel(qkv))
+            .then_some(CpuCall { hla, serial })
     }
 
-    /// [`Self::recur`] by the fused mixer: `qkv [batch, time, 3·d]` → the heads' outputs
+    /// [`Self::recur`] by the CPU kernels from qkv: `qkv [batch, time, 3·d]` → the heads' outputs
     /// after the denominator (the output norm comes after), `[batch, time, d]`.
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    pub(super) fn recur_fused(
+    #[cfg(cpu_kernels)]
+    pub(super) fn recur_on_cpu(
         &self,
         x: &Tensor<3>,
         qkv: Tensor<3>,
         memory: Option<Memory>,
-        fused: Fused,
+        call: CpuCall,
     ) -> (Tensor<3>, Memory) {
         let [b, t, _] = qkv.dims();
         let device = qkv.device();
         let log_g = self
             .log_gates(x, t, &device)
             .unwrap_or_else(|| Tensor::zeros([1, 1, t], &device));
-        let tokens = tokens::Tokens {
+        let hla = qkv::QkvHla {
             gates: log_g.is_tracked(),
-            ..fused.tokens
+            ..call.hla
         };
-        if fused.serial {
+        if call.serial {
             let packed = match memory {
                 Some(Memory::Packed { packed, .. }) => packed,
                 other => hla::pack_state(self.state_or_zeros(other, b, &device).tensors()),
             };
-            let (o, packed) = tokens::serial::forward(qkv, log_g, packed, tokens);
+            let (o, packed) = qkv::serial::forward(qkv, log_g, packed, hla);
             return (o, Memory::Packed { packed, batch: b });
         }
         let state = self.state_or_zeros(memory, b, &device);
-        let (o, state) = tokens::recurrent::forward(qkv, log_g, state, tokens);
+        let (o, state) = qkv::chunked::forward(qkv, log_g, state, hla);
         (o, Memory::Recurrent(state))
     }
 
@@ -166,7 +167,7 @@ impl Mixer {
     }
 
     /// [`Self::recurrent_state`], or zeros for `batch` sequences before the first call.
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
+    #[cfg(cpu_kernels)]
     fn state_or_zeros(&self, memory: Option<Memory>, batch: usize, device: &Device) -> HlaState {
         self.recurrent_state(memory).unwrap_or_else(|| {
             let heads = self.settings.heads;

@@ -39,8 +39,8 @@ impl Mixer {
     }
 
     /// RoPE's `(cos, sin)` table for positions `0..time`, `[time, d_head, 2]`; without RoPE
-    /// (learned positions) the identity rotation, so the fused kernel serves both.
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
+    /// (learned positions) the identity rotation, so the CPU kernel serves both.
+    #[cfg(cpu_kernels)]
     pub(super) fn rope_table(&self, time: usize, device: &Device) -> Tensor<3> {
         match &self.rope {
             Some(rope) => rope.freq_complex.clone().narrow(0, 0, time),

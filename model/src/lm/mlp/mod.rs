@@ -1,8 +1,8 @@
 //! The feed-forward after its pre-norm: SwiGLU, `down(silu(W₁ x) ⊙ W₂ x)`, with `W₁` and
-//! `W₂` as one projection `[W₁ | W₂]` whose gate `silu(a) ⊙ b` runs as one fused kernel on
-//! CPU devices ([`fused`]); or GPT-2's `down(gelu(W x))`.
+//! `W₂` as one projection `[W₁ | W₂]` whose gate `silu(a) ⊙ b` runs as one CPU kernel on
+//! CPU devices ([`cpu`]); or GPT-2's `down(gelu(W x))`.
 
-pub(crate) mod fused;
+pub(crate) mod cpu;
 
 use burn::module::Initializer;
 use burn::nn::{LayerNorm, Linear, LinearConfig, RmsNorm, SwiGlu, SwiGluConfig};
@@ -69,10 +69,10 @@ impl Mlp {
 
 /// `silu(a) ⊙ b` for `x = [a | b] [.., 2n]` → `[.., n]`.
 pub fn swiglu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&x) {
-        use crate::fused::FusedOps;
-        let y = <burn::backend::Dispatch as FusedOps>::swiglu(x.into_dispatch());
+    #[cfg(cpu_kernels)]
+    if crate::backend::takes_cpu_kernel(&x) {
+        use cpu::MlpCpuOps;
+        let y = <burn::backend::Dispatch as MlpCpuOps>::swiglu(x.into_dispatch());
         return Tensor::from_dispatch(y);
     }
     swiglu_composed(x)

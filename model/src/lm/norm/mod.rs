@@ -1,7 +1,7 @@
 //! RMSNorm over the last dimension, `y = x / √(mean(x²) + ε) ⊙ γ` (Burn's `RmsNorm`), as one
-//! fused kernel on CPU devices ([`fused`]).
+//! CPU kernel on CPU devices ([`cpu`]).
 
-pub(crate) mod fused;
+pub(crate) mod cpu;
 
 use burn::nn::{LayerNorm, LayerNormConfig, RmsNorm, RmsNormConfig};
 use burn::prelude::*;
@@ -37,12 +37,15 @@ pub fn either<const D: usize>(
 /// `norm` (its gain `γ [d]` and ε) applied to `x [.., d]`; Burn's `RmsNorm::forward` is the
 /// composed form and the test oracle.
 pub fn rms_norm<const D: usize>(norm: &RmsNorm, x: Tensor<D>) -> Tensor<D> {
-    #[cfg(any(feature = "ndarray", feature = "flex"))]
-    if crate::fused::applies(&x) {
-        use crate::fused::FusedOps;
+    #[cfg(cpu_kernels)]
+    if crate::backend::takes_cpu_kernel(&x) {
+        use cpu::NormCpuOps;
         let gamma = norm.gamma.val().into_dispatch();
-        let y =
-            <burn::backend::Dispatch as FusedOps>::rms_norm(x.into_dispatch(), gamma, norm.epsilon);
+        let y = <burn::backend::Dispatch as NormCpuOps>::rms_norm(
+            x.into_dispatch(),
+            gamma,
+            norm.epsilon,
+        );
         return Tensor::from_dispatch(y);
     }
     norm.forward(x)

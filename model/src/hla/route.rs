@@ -1,0 +1,91 @@
+//! The router of the chunked form: for every order, which of its chunked forms runs. The
+//! CPU kernels run for f32 on a CPU device, the GPU kernels for f32 on a CubeCL device
+//! (gates without a gradient), both with keys per head and the kernels on
+//! ([`crate::backend::set_enabled`]); elsewhere the order's composed form.
+
+use burn::prelude::*;
+
+use super::HlaInput;
+#[cfg(any(cpu_kernels, gpu_kernels))]
+use super::packing::{pack_state, unpack_output};
+use super::state::Operator;
+
+/// The chunked form of `O`: `chunk` tokens per chunk; `o [batch, heads, time, dv]` and the
+/// final state.
+pub(crate) fn chunked<O: Operator>(
+    input: &HlaInput,
+    state: O::State,
+    chunk: usize,
+) -> (Tensor<4>, O::State) {
+    #[cfg(cpu_kernels)]
+    if keys_per_head(input) && crate::backend::takes_cpu_kernel(&input.q) {
+        return on_cpu::<O>(input, state, chunk);
+    }
+    #[cfg(gpu_kernels)]
+    if keys_per_head(input)
+        && crate::backend::takes_gpu_kernel(&input.q)
+        && input.log_g.as_ref().is_none_or(|g| !g.is_tracked())
+    {
+        return on_gpu::<O>(input, state, chunk);
+    }
+    O::chunked(input, state, chunk)
+}
+
+/// Whether every head has its own keys (the kernels do not take keys shared by the heads).
+#[cfg(any(cpu_kernels, gpu_kernels))]
+fn keys_per_head(input: &HlaInput) -> bool {
+    input.k.dims()[1] == input.q.dims()[1]
+}
+
+/// The CPU kernels' chunked form of `O` (the same arguments and results as
+/// [`chunked`]).
+#[cfg(cpu_kernels)]
+pub(crate) fn on_cpu<O: Operator>(
+    input: &HlaInput,
+    state: O::State,
+    chunk: usize,
+) -> (Tensor<4>, O::State) {
+    use super::cpu::{CpuChunked, HlaCpuOps};
+    let log_g = input.gates_or_zeros();
+    let kernel = CpuChunked {
+        kernels: O::CPU,
+        chunk,
+        gates: log_g.is_tracked(),
+    };
+    let packed = <burn::backend::Dispatch as HlaCpuOps>::hla_chunked(
+        input.q.clone().into_dispatch(),
+        input.k.clone().into_dispatch(),
+        input.v.clone().into_dispatch(),
+        log_g.into_dispatch(),
+        pack_state(O::tensors(&state)).into_dispatch(),
+        kernel,
+    );
+    finish::<O>(Tensor::from_dispatch(packed), input)
+}
+
+/// The GPU kernels' chunked form of `O` (as [`on_cpu`]).
+#[cfg(gpu_kernels)]
+fn on_gpu<O: Operator>(input: &HlaInput, state: O::State, chunk: usize) -> (Tensor<4>, O::State) {
+    use super::gpu::{GpuChunked, HlaGpuOps};
+    let kernel = GpuChunked {
+        kernels: O::GPU,
+        chunk,
+    };
+    let packed = <burn::backend::Dispatch as HlaGpuOps>::hla_chunked(
+        input.q.clone().into_dispatch(),
+        input.k.clone().into_dispatch(),
+        input.v.clone().into_dispatch(),
+        input.gates_or_zeros().into_dispatch(),
+        pack_state(O::tensors(&state)).into_dispatch(),
+        kernel,
+    );
+    finish::<O>(Tensor::from_dispatch(packed), input)
+}
+
+/// A kernel's packed `[o, final state]` as `o` and `O`'s state.
+#[cfg(any(cpu_kernels, gpu_kernels))]
+fn finish<O: Operator>(packed: Tensor<1>, input: &HlaInput) -> (Tensor<4>, O::State) {
+    let (d, dv) = (input.q.dims()[3], input.v.dims()[3]);
+    let (o, parts) = unpack_output(packed, &O::state_parts(d, dv), input);
+    (o, O::from_tensors(parts))
+}
