@@ -2,9 +2,9 @@
 """Golden values for the HLA operators, computed in float64 from the definitions.
 
 The expected outputs come from explicit sums over index tuples (the definitions in
-shared/spec/hla-math.md §2.2, §3, §6, §7, §8), not from any of the fast forms the Rust code
+docs/math.md §2.2, §3, §6, §7, §8), not from any of the fast forms the Rust code
 implements. The script also checks, in float64, the forms this project derives beyond
-the spec (see check_derived): the gated third-order kernel, the gated AHLA chunk step and
+the paper (see check_derived): the gated third-order kernel, the gated AHLA chunk step and
 the chunk step written with per-token inclusive quantities A (rows S_u q_u) and B (rows
 q_uᵀ P_u) that the Rust chunked forms use.
 
