@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurement of issue 29, for a machine with a GPU: `hla bench` of training steps,
+# The prepared GPU measurement, for a machine with a GPU: `hla bench` of training steps,
 # operators and matmuls on every GPU device the binary has (wgpu; cuda when built with
 # it), each fused kernel against its composed form, into experiments/bench/gpu-<device>/
 # (bench.json, bench.md, the time-vs-T charts). Sized for 10 minutes a device; not yet run

@@ -50,7 +50,7 @@ impl Operator {
     }
 
     /// Matmul FLOPs of one forward pass of the chunk-parallel forms, counted from the
-    /// equations in their module docs (spec §5: no C³ term); `None` for the others.
+    /// equations in their module docs (docs/math.md §5: no C³ term); `None` for the others.
     /// Elementwise work (decay masks, scans) is not counted.
     pub fn chunked_flops(self, shape: &Shape5) -> Option<f64> {
         let Shape5 {

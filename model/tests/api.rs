@@ -46,7 +46,7 @@ fn shape_mistakes_are_errors() {
     );
 }
 
-/// State sizes per sequence (spec §10, §11): S is stored once per layer only when keys
+/// State sizes per sequence (docs/math.md §10, §11): S is stored once per layer only when keys
 /// and gates are both shared; the denominator adds one value column.
 #[test]
 fn state_sizes_follow_the_spec() {

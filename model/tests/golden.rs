@@ -1,5 +1,5 @@
 //! Independent golden values: outputs computed in float64 outside Rust, by explicit sums
-//! over index tuples (the spec's definitions), in `golden/generate.py`.
+//! over index tuples (the definitions of docs/math.md), in `golden/generate.py`.
 
 mod common;
 

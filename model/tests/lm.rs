@@ -308,7 +308,7 @@ fn state_size_is_constant_except_for_softmax() {
     );
 }
 
-/// Unnormalised HLA grows like t² without decay (spec §9); with the default recipe the
+/// Unnormalised HLA grows like t² without decay (docs/math.md §9); with the default recipe the
 /// activations must stay finite at T = 4096 in f32.
 #[test]
 fn long_sequences_stay_finite_with_defaults() {

@@ -1,4 +1,4 @@
-//! The paper's formulas that the spec shows to be wrong (spec §5, §6, §7, §8, §12) must be
+//! The paper's formulas that docs/math.md shows to be wrong (§5, §6, §7, §8, §12) must be
 //! caught by the same comparison the forms pass; their corrected twins must pass it.
 
 mod common;
@@ -99,7 +99,7 @@ fn chunk_formula_without_cross_term_is_caught() {
             Tensor::cat(outs, 2)
         };
         assert_caught("paper Fig. 1(C) chunk formula", &chunked(false), &reference);
-        assert_exact("spec §5 chunk formula", &chunked(true), &reference);
+        assert_exact("docs/math.md §5 chunk formula", &chunked(true), &reference);
     }
 }
 

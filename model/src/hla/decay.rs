@@ -1,5 +1,5 @@
 //! Decay factors over spans of tokens (one chunk, every chunk at once, or the whole
-//! sequence for the reference forms), spec §6.
+//! sequence for the reference forms), docs/math.md §6.
 //!
 //! With gates `g_s` and `b_τ = Σ_{s≤τ} log g_s` counted from the span's start:
 //! `a_τ = exp(b_τ)` (decay from the start to τ), `e_τ = exp(b_last − b_τ)` (from τ to the

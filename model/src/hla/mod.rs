@@ -2,7 +2,7 @@
 //!
 //! Four operators, each in three forms that compute the same numbers:
 //!
-//! | operator | definition (spec) | state |
+//! | operator | definition (docs/math.md) | state |
 //! |---|---|---|
 //! | [`first`] | `o_t = Σ_{j≤t} (q_t·k_j) v_j`, linear attention (§2.2), the baseline | `S` |
 //! | [`second`] | `o_t = Σ_{j≤t} Σ_{i≤j} (q_t·k_i)(q_j·k_i) v_j` (§3, §6) | `S, Z` |
@@ -31,9 +31,9 @@
 //! `model/tests/golden/generate.py`.
 //!
 //! Tensors are `[batch, heads, time, dim]`. Keys may have one head (shared across heads,
-//! multi-query, spec §11): the key moment `S` is then stored once per layer unless the
+//! multi-query, docs/math.md §11): the key moment `S` is then stored once per layer unless the
 //! gates differ per head. The optional masked denominator is computed by appending a
-//! value column of ones, so its state (`z`, `y`, `n` in the spec) is the last column of
+//! value column of ones, so its state (`z`, `y`, `n` in docs/math.md) is the last column of
 //! the value-side state (`Z`, `Y`, `E`).
 
 pub mod ahla;
@@ -70,13 +70,13 @@ use state::{Operator, with_operator};
 /// Which operator.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum Order {
-    /// First order, causal linear attention (the baseline, spec §2.2).
+    /// First order, causal linear attention (the baseline, docs/math.md §2.2).
     First,
-    /// Second order, the HLA of the paper (spec §3).
+    /// Second order, the HLA of the paper (docs/math.md §3).
     Second,
-    /// Third order, the corrected masked kernel (spec §8).
+    /// Third order, the corrected masked kernel (docs/math.md §8).
     Third,
-    /// Asymmetric second order, AHLA (spec §7).
+    /// Asymmetric second order, AHLA (docs/math.md §7).
     Asymmetric,
 }
 

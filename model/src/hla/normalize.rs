@@ -1,4 +1,4 @@
-//! The optional masked denominator (spec §3 eq 3.4, §9).
+//! The optional masked denominator (docs/math.md §3 eq 3.4, §9).
 
 use burn::prelude::*;
 
@@ -44,7 +44,7 @@ impl Output {
 }
 
 /// `sign(x) · max(|x|, eps)`, with sign(0) = +1: the masked denominator has no fixed sign
-/// (spec §9), so a plain `max(x, eps)` would flip negative ones.
+/// (docs/math.md §9), so a plain `max(x, eps)` would flip negative ones.
 pub fn sign_preserving_clamp<const D: usize>(x: Tensor<D>, eps: f64) -> Tensor<D> {
     let negative = x.clone().lower_elem(0.0);
     let magnitude = x.abs().clamp_min(eps);

@@ -174,7 +174,7 @@ impl HlaState {
         }
     }
 
-    /// Every tensor of the state, in the order of the spec's names.
+    /// Every tensor of the state, in the order of docs/math.md's names.
     pub fn tensors(&self) -> Vec<Tensor<4>> {
         match self {
             Self::First(s) => s.tensors(),

@@ -158,12 +158,12 @@ pub struct LmConfig {
     pub output_norm: Option<bool>,
     #[config(default = false)]
     pub output_gate: bool,
-    /// One key per layer shared by all heads (multi-query, spec §11).
+    /// One key per layer shared by all heads (multi-query, docs/math.md §11).
     #[config(default = false)]
     pub shared_keys: bool,
-    /// Divide by the masked denominator (spec §3). Meant for a nonnegative feature map
+    /// Divide by the masked denominator (docs/math.md §3). Meant for a nonnegative feature map
     /// (`elu_plus_one`): with signed q and k the denominator can cross zero, and the output
-    /// jumps where it does (spec §9). `None`: the mixer's default, on for HLA and linear
+    /// jumps where it does (docs/math.md §9). `None`: the mixer's default, on for HLA and linear
     /// attention (see [`ratio_by_default`](Self::ratio_by_default)).
     #[config(default = "None")]
     pub normalize: Option<bool>,

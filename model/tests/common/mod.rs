@@ -155,7 +155,7 @@ impl Case {
 
     /// The case's tensors on `device`: `[q, k, v, log_g?]` and the initial state tensors.
     /// Normalised cases use nonnegative q, k and state, as the denominator is meant to
-    /// (spec §9), so that no denominator is near zero.
+    /// (docs/math.md §9), so that no denominator is near zero.
     pub fn tensors(
         &self,
         device: &Device,

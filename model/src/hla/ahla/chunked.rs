@@ -1,4 +1,4 @@
-//! The chunk-parallel form of AHLA (spec §7, with `R_{≤t}`, gated), every chunk at once.
+//! The chunk-parallel form of AHLA (docs/math.md §7, with `R_{≤t}`, gated), every chunk at once.
 //! Per chunk, with `A^γ = D ⊙ (Q Kᵀ)` and the inclusive per-token rows `B_u = q_uᵀ P_u`:
 //!
 //! ```text
@@ -11,7 +11,7 @@
 //! `P` and `E` at the start of every chunk come from scans over the chunks' updates (`P`
 //! first: `B` needs it, and `E`'s update needs `B`).
 //!
-//! Without decay this is the spec's `O_c = Q_c E + ((Q_c K_cᵀ) ⊙ L)(Q_c P) + ((A_c A_c) ⊙ L) V_c`,
+//! Without decay this is docs/math.md's `O_c = Q_c E + ((Q_c K_cᵀ) ⊙ L)(Q_c P) + ((A_c A_c) ⊙ L) V_c`,
 //! with `(A_c A_c) V_c` computed as `A_c (A_c V_c)`: no C³ product.
 
 use burn::prelude::*;

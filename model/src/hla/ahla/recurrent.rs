@@ -1,4 +1,4 @@
-//! The serial recurrence (spec §7, Algorithm 2 with per-token gates):
+//! The serial recurrence (docs/math.md §7, Algorithm 2 with per-token gates):
 //! `P_t = g_t P_{t−1} + k_t v_tᵀ`, `E_t = g_t E_{t−1} + k_t (q_tᵀ P_t)`, `o_t = q_tᵀ E_t`.
 
 use burn::prelude::*;

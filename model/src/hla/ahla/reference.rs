@@ -1,4 +1,4 @@
-//! The quadratic definition (spec §7, gated): with `A = L ⊙ (Q Kᵀ)`,
+//! The quadratic definition (docs/math.md §7, gated): with `A = L ⊙ (Q Kᵀ)`,
 //! `O = diag(a) (Q E₀ + A Q P₀) + ((A A) ⊙ D) V`,
 //! which is `((A A) ⊙ L) V` without decay and initial state.
 

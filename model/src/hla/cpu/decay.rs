@@ -1,4 +1,4 @@
-//! The decay inside one chunk of a CPU chunk kernel (spec §6), its gradient with respect to the
+//! The decay inside one chunk of a CPU chunk kernel (docs/math.md §6), its gradient with respect to the
 //! chunk's log gates, and the small row operations the chunk kernels share.
 //!
 //! With `b_τ = Σ_{s≤τ} log g_s` counted from the chunk's start, every decay factor is

@@ -4,7 +4,7 @@
 //! that carries the outputs and the final state through autodiff.
 //!
 //! A CPU kernel walks the chunks of each sequence and head in order and carries the state
-//! from one chunk to the next (the recurrence over chunks, spec §5), each chunk's products
+//! from one chunk to the next (the recurrence over chunks, docs/math.md §5), each chunk's products
 //! being small matmuls; sequences and heads run in parallel. Its backward pass walks the
 //! chunks back, from the states saved at every chunk start, and gives the log gates their
 //! gradient when they need one (the data-dependent decay, [`decay::DecayGrads`]).

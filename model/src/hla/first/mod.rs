@@ -1,4 +1,4 @@
-//! First order: causal linear attention, `o_t = Σ_{j≤t} w(t,j) (q_t·k_j) v_j` (spec §2.2),
+//! First order: causal linear attention, `o_t = Σ_{j≤t} w(t,j) (q_t·k_j) v_j` (docs/math.md §2.2),
 //! the baseline HLA is compared with, in the same three forms and with the same options.
 
 mod chunked;

@@ -1,4 +1,4 @@
-//! The chunk-parallel form (spec §5, gated §6), every chunk at once. Per chunk, with
+//! The chunk-parallel form (docs/math.md §5, gated §6), every chunk at once. Per chunk, with
 //! `W^γ = D ⊙ (Q Kᵀ)` and the rows `A_u = (S_u q_u)ᵀ` of the inclusive key moment at
 //! each token,
 //!
@@ -15,7 +15,7 @@
 //! (`Q Sᵀ` has rows `(S q_u)ᵀ`: `S` is symmetric when built from keys, and the
 //! transpose keeps the forms equal for any initial state.)
 //!
-//! `(Q Aᵀ) ⊙ D²` equals the spec's `(diag(a) Q S Qᵀ + W^γ Wᵀ) ⊙ D` without its C³ product
+//! `(Q Aᵀ) ⊙ D²` equals docs/math.md's `(diag(a) Q S Qᵀ + W^γ Wᵀ) ⊙ D` without its C³ product
 //! `W^γ Wᵀ`, and `Aᵀ diag(e²) V` its carry update (both checked in `generate.py`).
 
 use burn::prelude::*;

@@ -1,4 +1,4 @@
-//! Second-order masked HLA (spec §3–§6):
+//! Second-order masked HLA (docs/math.md §3–§6):
 //! `o_t = Σ_{j≤t} Σ_{i≤j} w(t,i) w(t,j) (q_t·k_i)(q_j·k_i) v_j`, with `w(t,x) = Π_{x<s≤t} g_s`.
 
 mod chunked;
@@ -15,7 +15,7 @@ pub use reference::reference;
 
 use burn::prelude::*;
 
-/// The Z-form state (spec §3): `S = Σ w k kᵀ` and `Z = Σ_j w² S_j q_j v_jᵀ`.
+/// The Z-form state (docs/math.md §3): `S = Σ w k kᵀ` and `Z = Σ_j w² S_j q_j v_jᵀ`.
 #[derive(Debug, Clone)]
 pub struct State {
     /// Key moment `S`, `[batch, heads or 1, d, d]`.

@@ -1,4 +1,4 @@
-//! The serial recurrence, Z-form (spec §3, gated §6):
+//! The serial recurrence, Z-form (docs/math.md §3, gated §6):
 //! `S_t = g_t S_{t−1} + k_t k_tᵀ`, `Z_t = g_t² Z_{t−1} + (S_t q_t) v_tᵀ`, `o_t = q_tᵀ Z_t`.
 
 use burn::prelude::*;

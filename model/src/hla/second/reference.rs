@@ -1,4 +1,4 @@
-//! The quadratic definition (spec §3, §6): with `W = L ⊙ (Q Kᵀ)` and `W^γ = D ⊙ (Q Kᵀ)`,
+//! The quadratic definition (docs/math.md §3, §6): with `W = L ⊙ (Q Kᵀ)` and `W^γ = D ⊙ (Q Kᵀ)`,
 //! `O = diag(a²) Q Z₀ + [(diag(a) Q S₀ Qᵀ + W^γ Wᵀ) ⊙ D] V`,
 //! which is `((W Wᵀ) ⊙ L) V` without decay and initial state.
 

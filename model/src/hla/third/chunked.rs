@@ -1,4 +1,4 @@
-//! The chunk-parallel form of D1 (spec §8, gated by product decay), every chunk at once.
+//! The chunk-parallel form of D1 (docs/math.md §8, gated by product decay), every chunk at once.
 //! Per chunk, with `W^γ = D ⊙ (Q Kᵀ)` and the inclusive per-token rows
 //! `A_u = (S_u q_u)ᵀ`, `B_u = q_uᵀ P_u`:
 //!
@@ -16,7 +16,7 @@
 //! (`Q Sᵀ` has rows `(S q_u)ᵀ`: `S` is symmetric when built from keys, and the
 //! transpose keeps the forms equal for any initial state.)
 //!
-//! Without decay this is the spec's `O_c = Q_c Y + (T ⊙ L) B`, `Y += Aᵀ B`, with
+//! Without decay this is docs/math.md's `O_c = Q_c Y + (T ⊙ L) B`, `Y += Aᵀ B`, with
 //! `T ⊙ L = (Q Aᵀ) ⊙ L` computed without the C³ product `W Wᵀ`.
 
 use burn::prelude::*;

@@ -1,4 +1,4 @@
-//! The serial recurrence (spec §8 D1, gated by product decay):
+//! The serial recurrence (docs/math.md §8 D1, gated by product decay):
 //! `S_t = g_t S_{t−1} + k_t k_tᵀ`, `P_t = g_t P_{t−1} + k_t v_tᵀ`,
 //! `Y_t = g_t³ Y_{t−1} + (S_t q_t)(q_tᵀ P_t)`, `o_t = q_tᵀ Y_t`.
 

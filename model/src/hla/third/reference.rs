@@ -1,4 +1,4 @@
-//! The cubic definition (spec §8 D1, gated by product decay): with `W = L ⊙ (Q Kᵀ)` and
+//! The cubic definition (docs/math.md §8 D1, gated by product decay): with `W = L ⊙ (Q Kᵀ)` and
 //! `W^γ = D ⊙ (Q Kᵀ)`,
 //! `O = diag(a³) Q Y₀ + [(diag(a) Q S₀ Qᵀ + W^γ Wᵀ) ⊙ D²] (diag(a) Q P₀ + W^γ V)`,
 //! which is `((W Wᵀ) ⊙ L) W V` without decay and initial state.
