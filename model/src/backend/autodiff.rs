@@ -14,15 +14,15 @@ use burn::backend::tensor::FloatTensor;
 type BackwardFn<B, const N: usize> =
     Box<dyn FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send>;
 
-struct Kernel<B: Backend, const N: usize>(BackwardFn<B, N>);
+struct KernelNode<B: Backend, const N: usize>(BackwardFn<B, N>);
 
-impl<B: Backend, const N: usize> std::fmt::Debug for Kernel<B, N> {
+impl<B: Backend, const N: usize> std::fmt::Debug for KernelNode<B, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Kernel")
+        f.write_str("KernelNode")
     }
 }
 
-impl<B: Backend, const N: usize> Backward<B, N> for Kernel<B, N> {
+impl<B: Backend, const N: usize> Backward<B, N> for KernelNode<B, N> {
     type State = Vec<FloatTensor<B>>;
 
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -54,7 +54,7 @@ pub(crate) fn record_tracked<B: Backend, C: CheckpointStrategy, const N: usize>(
     backward: impl FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send + 'static,
 ) -> FloatTensor<Autodiff<B, C>> {
     let (primitives, guards) = split::<B, C, N>(inputs);
-    match Kernel(Box::new(backward))
+    match KernelNode(Box::new(backward))
         .prepare::<C>(guards)
         .compute_bound()
         .stateful()

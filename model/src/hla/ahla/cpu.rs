@@ -25,8 +25,8 @@
 use crate::backend::gemm::{Layout, matmul};
 use crate::backend::simd::{dot, exp, multiversion};
 use crate::hla::cpu::{
-    DecayGrads, Decays, Grads, Head, HeadKernels, Power, Sizes, decayed_scores, hadamard, row_dots,
-    scale, scale_rows, scaled_rows, state_rows, vec_mat,
+    ChunkSizes, DecayGrads, Decays, Grads, HeadInput, HeadKernels, Power, decayed_scores, hadamard,
+    row_dots, scale, scale_rows, scaled_rows, state_rows, vec_mat,
 };
 
 /// `A = D ⊙ (Q Kᵀ)`, `Q P` and `B` of the chunk `(q, k, v)` from the start state `p`.
@@ -54,7 +54,7 @@ pub(crate) const KERNELS: HeadKernels = HeadKernels {
 multiversion! {
     /// One sequence and head forward: `o`, the final state `[P | E]` (holding the initial
     /// state on entry) and every chunk's start state into `starts`.
-    pub(crate) fn forward_head(n: &Sizes, x: &Head, state: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
+    pub(crate) fn forward_head(n: &ChunkSizes, x: &HeadInput, state: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(1);
         let (p, e) = state.split_at_mut(d * dv);
@@ -81,7 +81,7 @@ multiversion! {
 
 multiversion! {
     /// One sequence and head backward, from `∂o` (`g`) and the saved chunk start states.
-    pub(crate) fn backward_head(n: &Sizes, x: &Head, starts: &[f32], g: &[f32], out: &mut Grads) {
+    pub(crate) fn backward_head(n: &ChunkSizes, x: &HeadInput, starts: &[f32], g: &[f32], out: &mut Grads) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(1);
         let spans: Vec<_> = n.spans().zip(starts.chunks_exact(2 * d * dv)).collect();
@@ -147,7 +147,7 @@ multiversion! {
     /// The serial recurrence ([`super::chunked`]) on CPU devices, one sequence and head, token by token in
     /// place: `state` `[P | E (d × dv)]` (the initial state on entry, the final one on
     /// return) and every token's output into `o [time, dv]` (no gradient).
-    pub(crate) fn serial_head(x: &Head, d: usize, dv: usize, state: &mut [f32], o: &mut [f32]) {
+    pub(crate) fn serial_head(x: &HeadInput, d: usize, dv: usize, state: &mut [f32], o: &mut [f32]) {
         let (p, e) = state.split_at_mut(d * dv);
         let mut q_p = vec![0.0; dv];
         for (t, o) in o.chunks_exact_mut(dv).enumerate() {

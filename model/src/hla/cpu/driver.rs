@@ -9,7 +9,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::tensor::Shape;
 use rayon::prelude::*;
 
-use super::{Grads, Head, HeadKernels, Sizes};
+use super::{ChunkSizes, Grads, HeadInput, HeadKernels};
 use crate::backend::Host;
 
 /// What one call of the CPU chunked form computes.
@@ -22,7 +22,7 @@ pub(crate) struct CpuChunked {
 }
 
 /// `f(i)` for every sequence-and-head `i` of `n`, in parallel.
-pub(crate) fn each_head<T: Send>(n: &Sizes, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+pub(crate) fn each_head<T: Send>(n: &ChunkSizes, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
     (0..n.sequences()).into_par_iter().map(f).collect()
 }
 
@@ -37,8 +37,8 @@ pub(crate) struct HeadForward {
 /// Head `x` forward by `kernels` from the initial state `state0`.
 pub(crate) fn forward_head(
     kernels: &HeadKernels,
-    n: &Sizes,
-    x: &Head,
+    n: &ChunkSizes,
+    x: &HeadInput,
     state0: &[f32],
 ) -> HeadForward {
     let mut o = vec![0.0; n.time * n.dv];
@@ -62,8 +62,8 @@ pub(crate) struct HeadGrads {
 /// final state's gradient (`g_state`); the gates' gradient when `gates`.
 pub(crate) fn backward_head(
     kernels: &HeadKernels,
-    n: &Sizes,
-    x: &Head,
+    n: &ChunkSizes,
+    x: &HeadInput,
     starts: &[f32],
     (g_o, g_state): (&[f32], &[f32]),
     gates: bool,
@@ -87,9 +87,9 @@ pub(crate) fn backward_head(
 }
 
 /// Sequence-and-head `i`'s inputs in `q, k [.., time, d]`, `v [.., time, dv]` and the gates.
-fn head<'a>(n: &Sizes, [q, k, v, g]: [&'a [f32]; 4], i: usize) -> Head<'a> {
+fn head<'a>(n: &ChunkSizes, [q, k, v, g]: [&'a [f32]; 4], i: usize) -> HeadInput<'a> {
     let (t, d, dv) = (n.time, n.d, n.dv);
-    Head {
+    HeadInput {
         q: &q[i * t * d..][..t * d],
         k: &k[i * t * d..][..t * d],
         v: &v[i * t * dv..][..t * dv],
@@ -105,7 +105,7 @@ pub(crate) fn forward<B: Host>(
     kernel: CpuChunked,
 ) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
     let [q, k, v, log_g, state0] = inputs;
-    let n = Sizes::new(&q.shape(), &v.shape(), &log_g.shape(), kernel.chunk);
+    let n = ChunkSizes::new(&q.shape(), &v.shape(), &log_g.shape(), kernel.chunk);
     let len = (kernel.kernels.state_len)(n.d, n.dv);
     let heads = {
         let values = [&q, &k, &v, &log_g, &state0].map(|t| B::values(t));
@@ -136,7 +136,7 @@ pub(crate) fn backward<B: Host>(
     let [q, k, v, log_g, starts] = <[_; 5]>::try_from(saved)
         .unwrap_or_else(|_| unreachable!("saved q, k, v, log g and the starts"));
     let (q_shape, k_shape, v_shape, g_shape) = (q.shape(), k.shape(), v.shape(), log_g.shape());
-    let n = Sizes::new(&q_shape, &v_shape, &g_shape, kernel.chunk);
+    let n = ChunkSizes::new(&q_shape, &v_shape, &g_shape, kernel.chunk);
     let (t, dv) = (n.time, n.dv);
     let len = (kernel.kernels.state_len)(n.d, dv);
     let start_len = n.chunks() * len;

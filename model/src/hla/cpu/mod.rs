@@ -29,13 +29,13 @@ pub(crate) struct HeadKernels {
     /// One sequence and head forward: `o`, the final state (holding the initial state on
     /// entry, the state's parts one after the other) and every chunk's start state into
     /// `starts`.
-    pub(crate) forward: fn(&Sizes, &Head, &mut [f32], &mut [f32], &mut [f32]),
+    pub(crate) forward: fn(&ChunkSizes, &HeadInput, &mut [f32], &mut [f32], &mut [f32]),
     /// One sequence and head backward, from `∂o` and the saved chunk start states.
-    pub(crate) backward: fn(&Sizes, &Head, &[f32], &[f32], &mut Grads),
+    pub(crate) backward: fn(&ChunkSizes, &HeadInput, &[f32], &[f32], &mut Grads),
     /// One sequence and head by the serial recurrence, `(x, d, dv, state, o)`: the final
     /// state into `state` (the initial one on entry) and every token's output into `o` (no
     /// gradient).
-    pub(crate) serial: fn(&Head, usize, usize, &mut [f32], &mut [f32]),
+    pub(crate) serial: fn(&HeadInput, usize, usize, &mut [f32], &mut [f32]),
     /// Floats of one head's state for `(d, dv)`.
     pub(crate) state_len: fn(usize, usize) -> usize,
 }
@@ -105,14 +105,14 @@ pub(crate) struct Grads<'a> {
 
 /// One sequence and head's inputs: `q`, `k` `[time, d]`, `v` `[time, dv]` row-major and
 /// the log gates `[time]`.
-pub(crate) struct Head<'a> {
+pub(crate) struct HeadInput<'a> {
     pub(crate) q: &'a [f32],
     pub(crate) k: &'a [f32],
     pub(crate) v: &'a [f32],
     pub(crate) log_g: &'a [f32],
 }
 
-impl Head<'_> {
+impl HeadInput<'_> {
     /// `q`, `k`, `v` of the `c` tokens from `c0`.
     #[inline(always)]
     pub(crate) fn chunk(
@@ -131,7 +131,7 @@ impl Head<'_> {
 
 /// The sizes of a CPU kernel call.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Sizes {
+pub(crate) struct ChunkSizes {
     pub(crate) batch: usize,
     pub(crate) heads: usize,
     pub(crate) time: usize,
@@ -142,7 +142,7 @@ pub(crate) struct Sizes {
     pub(crate) gates: (usize, usize),
 }
 
-impl Sizes {
+impl ChunkSizes {
     pub(crate) fn new(q: &[usize], v: &[usize], gates: &[usize], chunk: usize) -> Self {
         Self {
             batch: q[0],

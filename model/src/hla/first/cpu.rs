@@ -20,8 +20,8 @@
 use crate::backend::gemm::{Layout, matmul};
 use crate::backend::simd::{dot, exp, multiversion};
 use crate::hla::cpu::{
-    DecayGrads, Decays, Grads, Head, HeadKernels, Sizes, apply_mask, decayed_scores, hadamard,
-    row_dots, scale, scale_rows, scaled_rows, vec_mat,
+    ChunkSizes, DecayGrads, Decays, Grads, HeadInput, HeadKernels, apply_mask, decayed_scores,
+    hadamard, row_dots, scale, scale_rows, scaled_rows, vec_mat,
 };
 
 /// This order's CPU kernels, for [`crate::hla::cpu`]'s drivers.
@@ -35,7 +35,7 @@ pub(crate) const KERNELS: HeadKernels = HeadKernels {
 multiversion! {
     /// One sequence and head forward: `o`, the final `S` (holding the initial state on
     /// entry) and every chunk's start state into `starts`.
-    pub(crate) fn forward_head(n: &Sizes, x: &Head, s: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
+    pub(crate) fn forward_head(n: &ChunkSizes, x: &HeadInput, s: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(1);
         for (span, saved) in n.spans().zip(starts.chunks_exact_mut(d * dv)) {
@@ -58,7 +58,7 @@ multiversion! {
 
 multiversion! {
     /// One sequence and head backward, from `∂o` (`g`) and the saved chunk start states.
-    pub(crate) fn backward_head(n: &Sizes, x: &Head, starts: &[f32], g: &[f32], out: &mut Grads) {
+    pub(crate) fn backward_head(n: &ChunkSizes, x: &HeadInput, starts: &[f32], g: &[f32], out: &mut Grads) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(1);
         let spans: Vec<_> = n.spans().zip(starts.chunks_exact(d * dv)).collect();
@@ -113,7 +113,7 @@ multiversion! {
     /// The serial recurrence ([`super::chunked`]) on CPU devices, one sequence and head, token by token in
     /// place: `s` `S [d, dv]` (the initial state on entry, the final one on return) and
     /// every token's output into `o [time, dv]` (no gradient).
-    pub(crate) fn serial_head(x: &Head, d: usize, dv: usize, s: &mut [f32], o: &mut [f32]) {
+    pub(crate) fn serial_head(x: &HeadInput, d: usize, dv: usize, s: &mut [f32], o: &mut [f32]) {
         for (t, o) in o.chunks_exact_mut(dv).enumerate() {
             let (q, k, v) = x.chunk((t, 1), d, dv);
             let g = exp(x.log_g[t]);

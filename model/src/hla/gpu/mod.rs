@@ -112,7 +112,7 @@ pub(crate) use gpu_kernels;
 
 /// The sizes of a call, from `q`, `v` and the gates `[gb, gh, time]`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Sizes {
+pub(crate) struct LaunchSizes {
     sequences: usize,
     heads: usize,
     time: usize,
@@ -124,7 +124,7 @@ pub(crate) struct Sizes {
     len: usize,
 }
 
-impl Sizes {
+impl LaunchSizes {
     pub(crate) fn new(q: &Shape, v: &Shape, kernel: GpuChunked) -> Self {
         let ([b, heads, time, d], dv) = (q.dims::<4>(), v[3]);
         Self {
@@ -161,7 +161,7 @@ impl Sizes {
 }
 
 /// One cube per sequence and head.
-fn grid(like: &CubeTensor, n: &Sizes) -> (CubeCount, CubeDim) {
+fn grid(like: &CubeTensor, n: &LaunchSizes) -> (CubeCount, CubeDim) {
     (
         CubeCount::Static(n.sequences as u32, 1, 1),
         CubeDim::new_1d(units(like)),
@@ -172,7 +172,7 @@ fn grid(like: &CubeTensor, n: &Sizes) -> (CubeCount, CubeDim) {
 /// `[o, final state]` and every chunk's start state.
 pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: GpuChunked) -> (CubeTensor, CubeTensor) {
     let [q, k, v, log_g, state] = inputs.map(into_contiguous);
-    let n = Sizes::new(&q.shape(), &v.shape(), kernel);
+    let n = LaunchSizes::new(&q.shape(), &v.shape(), kernel);
     let [gb, gh, _] = log_g.shape().dims::<3>();
     let (packed, starts) = (empty(&q, [n.packed()]), empty(&q, [n.starts()]));
     let ws = empty(
@@ -203,7 +203,7 @@ pub(crate) fn backward(
 ) -> [CubeTensor; 5] {
     let [q, k, v, log_g, starts] = saved.map(into_contiguous);
     let grad = into_contiguous(grad);
-    let n = Sizes::new(&q.shape(), &v.shape(), kernel);
+    let n = LaunchSizes::new(&q.shape(), &v.shape(), kernel);
     let g_shape = log_g.shape();
     let [gb, gh, _] = g_shape.dims::<3>();
     let (dq, dk) = (

@@ -11,7 +11,7 @@ use burn::backend::{Autodiff, Backend, Cube, backend_extension};
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 
-use super::{GpuChunked, Sizes, backward, forward};
+use super::{GpuChunked, LaunchSizes, backward, forward};
 use crate::backend::autodiff::record;
 
 /// Kernel launches on a CubeCL backend. Shapes are [`forward`]'s and [`backward`]'s;
@@ -59,7 +59,7 @@ fn forward_specs(
     _state: &TensorSpec,
     kernel: &GpuChunked,
 ) -> (TensorSpec, TensorSpec) {
-    let n = Sizes::new(&q.shape, &v.shape, *kernel);
+    let n = LaunchSizes::new(&q.shape, &v.shape, *kernel);
     let spec = |len| TensorSpec::new(Shape::new([len]), q.dtype);
     (spec(n.packed()), spec(n.starts()))
 }
@@ -74,7 +74,7 @@ fn backward_specs(
     _grad: &TensorSpec,
     kernel: &GpuChunked,
 ) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
-    let n = Sizes::new(&q.shape, &v.shape, *kernel);
+    let n = LaunchSizes::new(&q.shape, &v.shape, *kernel);
     let state = TensorSpec::new(Shape::new([n.state()]), q.dtype);
     (q.clone(), k.clone(), v.clone(), log_g.clone(), state)
 }

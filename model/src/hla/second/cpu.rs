@@ -27,8 +27,8 @@
 use crate::backend::gemm::{Layout, matmul};
 use crate::backend::simd::{dot, exp, multiversion};
 use crate::hla::cpu::{
-    ChunkDecay, DecayGrads, Decays, Grads, Head, HeadKernels, Sizes, decayed_scores, hadamard,
-    mat_vec, row_dots, scale, scale_rows, scaled_rows, state_rows, vec_mat,
+    ChunkDecay, ChunkSizes, DecayGrads, Decays, Grads, HeadInput, HeadKernels, decayed_scores,
+    hadamard, mat_vec, row_dots, scale, scale_rows, scaled_rows, state_rows, vec_mat,
 };
 
 /// One chunk's products that the backward pass recomputes: `W`, `A`, `P`, `diag(e²) V`
@@ -77,7 +77,7 @@ pub(crate) const KERNELS: HeadKernels = HeadKernels {
 multiversion! {
     /// One sequence and head forward: `o`, the final state `[S | Z]` (holding the initial
     /// state on entry) and every chunk's start state into `starts`.
-    pub(crate) fn forward_head(n: &Sizes, x: &Head, state: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
+    pub(crate) fn forward_head(n: &ChunkSizes, x: &HeadInput, state: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(2);
         let (s, z) = state.split_at_mut(d * d);
@@ -104,7 +104,7 @@ multiversion! {
 
 multiversion! {
     /// One sequence and head backward, from `∂o` (`g`) and the saved chunk start states.
-    pub(crate) fn backward_head(n: &Sizes, x: &Head, starts: &[f32], g: &[f32], out: &mut Grads) {
+    pub(crate) fn backward_head(n: &ChunkSizes, x: &HeadInput, starts: &[f32], g: &[f32], out: &mut Grads) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(2);
         let start_len = d * d + d * dv;
@@ -185,7 +185,7 @@ multiversion! {
     /// The serial recurrence ([`super::chunked`]) on CPU devices, one sequence and head, token by token in
     /// place: `state` `[S (d × d) | Z (d × dv)]` (the initial state on entry, the final one on
     /// return) and every token's output into `o [time, dv]` (no gradient).
-    pub(crate) fn serial_head(x: &Head, d: usize, dv: usize, state: &mut [f32], o: &mut [f32]) {
+    pub(crate) fn serial_head(x: &HeadInput, d: usize, dv: usize, state: &mut [f32], o: &mut [f32]) {
         let (s, z) = state.split_at_mut(d * d);
         let mut s_q = vec![0.0; d];
         for (t, o) in o.chunks_exact_mut(dv).enumerate() {

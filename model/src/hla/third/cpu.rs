@@ -28,8 +28,8 @@
 use crate::backend::gemm::{Layout, matmul};
 use crate::backend::simd::{dot, exp, multiversion};
 use crate::hla::cpu::{
-    ChunkDecay, DecayGrads, Decays, Grads, Head, HeadKernels, Sizes, decayed_scores, hadamard,
-    mat_vec, row_dots, scale, scale_rows, scaled_rows, state_rows, vec_mat,
+    ChunkDecay, ChunkSizes, DecayGrads, Decays, Grads, HeadInput, HeadKernels, decayed_scores,
+    hadamard, mat_vec, row_dots, scale, scale_rows, scaled_rows, state_rows, vec_mat,
 };
 
 /// One chunk's products that the backward pass recomputes, with `Q Sᵀ` and `Q P` (before
@@ -71,7 +71,7 @@ pub(crate) const KERNELS: HeadKernels = HeadKernels {
 multiversion! {
     /// One sequence and head forward: `o`, the final state `[S | P | Y]` (holding the
     /// initial state on entry) and every chunk's start state into `starts`.
-    pub(crate) fn forward_head(n: &Sizes, x: &Head, state: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
+    pub(crate) fn forward_head(n: &ChunkSizes, x: &HeadInput, state: &mut [f32], o: &mut [f32], starts: &mut [f32]) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(3);
         let (s, py) = state.split_at_mut(d * d);
@@ -104,7 +104,7 @@ multiversion! {
 
 multiversion! {
     /// One sequence and head backward, from `∂o` (`g`) and the saved chunk start states.
-    pub(crate) fn backward_head(n: &Sizes, x: &Head, starts: &[f32], g: &[f32], out: &mut Grads) {
+    pub(crate) fn backward_head(n: &ChunkSizes, x: &HeadInput, starts: &[f32], g: &[f32], out: &mut Grads) {
         let (d, dv) = (n.d, n.dv);
         let mut decays = Decays::new(3);
         let start_len = d * d + 2 * d * dv;
@@ -199,7 +199,7 @@ multiversion! {
     /// The serial recurrence ([`super::chunked`]) on CPU devices, one sequence and head, token by token in
     /// place: `state` `[S (d × d) | P | Y (d × dv)]` (the initial state on entry, the final
     /// one on return) and every token's output into `o [time, dv]` (no gradient).
-    pub(crate) fn serial_head(x: &Head, d: usize, dv: usize, state: &mut [f32], o: &mut [f32]) {
+    pub(crate) fn serial_head(x: &HeadInput, d: usize, dv: usize, state: &mut [f32], o: &mut [f32]) {
         let (s, py) = state.split_at_mut(d * d);
         let (p, y) = py.split_at_mut(d * dv);
         let (mut s_q, mut q_p) = (vec![0.0; d], vec![0.0; dv]);

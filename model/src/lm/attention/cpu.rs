@@ -24,7 +24,7 @@ use crate::backend::simd::{self, dot, exp, multiversion};
 const BLOCK: usize = 128;
 
 /// The sizes of one call.
-pub(crate) struct Sizes {
+pub(crate) struct AttentionSizes {
     /// Sequences × heads.
     heads: usize,
     queries: usize,
@@ -36,7 +36,7 @@ pub(crate) struct Sizes {
     scale: f32,
 }
 
-impl Sizes {
+impl AttentionSizes {
     fn of(q: &Shape, k: &Shape, v: &Shape, start: usize) -> Self {
         Self::new(q[0] * q[1], (q[2], k[2]), (q[3], v[3]), start)
     }
@@ -79,7 +79,7 @@ multiversion! {
         m: &mut [f32],
         l: &mut [f32],
         acc: &mut [f32],
-        n: &Sizes,
+        n: &AttentionSizes,
         first: usize,
         j0: usize,
     ) {
@@ -110,7 +110,7 @@ multiversion! {
 
 multiversion! {
     /// The raw scores `s` of a tile become `P = exp(S − L)` (0 where hidden).
-    fn probabilities(s: &mut [f32], lse: &[f32], n: &Sizes, first: usize, j0: usize) {
+    fn probabilities(s: &mut [f32], lse: &[f32], n: &AttentionSizes, first: usize, j0: usize) {
         let cols = s.len() / lse.len();
         for (r, row) in s.chunks_exact_mut(cols).enumerate() {
             let visible = n.visible(first + r, j0, cols);
@@ -138,7 +138,7 @@ multiversion! {
 
 /// One sequence and head: `o` and `lse` from `q`, `k`, `v`.
 pub(crate) fn forward_head(
-    n: &Sizes,
+    n: &AttentionSizes,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -179,7 +179,7 @@ pub(crate) fn forward_head(
 }
 
 /// One sequence and head's saved tensors and output gradient `g`.
-pub(crate) struct Head<'a> {
+pub(crate) struct AttentionHead<'a> {
     pub(crate) q: &'a [f32],
     pub(crate) k: &'a [f32],
     pub(crate) v: &'a [f32],
@@ -190,13 +190,13 @@ pub(crate) struct Head<'a> {
 
 /// One sequence and head: `∂q`, `∂k`, `∂v`.
 pub(crate) fn backward_head(
-    n: &Sizes,
-    head: Head,
+    n: &AttentionSizes,
+    head: AttentionHead,
     dq: &mut [f32],
     dk: &mut [f32],
     dv_out: &mut [f32],
 ) {
-    let Head { q, k, v, o, lse, g } = head;
+    let AttentionHead { q, k, v, o, lse, g } = head;
     let (d, dv) = (n.d, n.dv);
     let delta: Vec<f32> = g
         .chunks_exact(dv)
@@ -246,7 +246,7 @@ pub(crate) fn forward<B: Host>(
     start: usize,
 ) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
     let q_shape = q.shape();
-    let n = Sizes::of(&q_shape, &k.shape(), &v.shape(), start);
+    let n = AttentionSizes::of(&q_shape, &k.shape(), &v.shape(), start);
     let (o, lse) = {
         let (qv, kv, vv) = (B::values(&q), B::values(&k), B::values(&v));
         let (mut o, mut lse) = (
@@ -280,7 +280,7 @@ pub(crate) fn backward<B: Host>(
     let [q, k, v, o, lse] =
         <[_; 5]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved q, k, v, o and L"));
     let (q_shape, k_shape, v_shape) = (q.shape(), k.shape(), v.shape());
-    let n = Sizes::of(&q_shape, &k_shape, &v_shape, start);
+    let n = AttentionSizes::of(&q_shape, &k_shape, &v_shape, start);
     let values = [&q, &k, &v, &o, &lse, &grad].map(|t| B::values(t));
     let [qv, kv, vv, ov, lv, gv] = &values;
     let mut dq = vec![0.0; n.heads * n.queries * n.d];
@@ -293,7 +293,7 @@ pub(crate) fn backward<B: Host>(
         .enumerate();
     heads.for_each(|(h, ((dq, dk), dv))| {
         let (tq, tk) = (n.queries, n.keys);
-        let head = Head {
+        let head = AttentionHead {
             q: &qv[h * tq * n.d..][..tq * n.d],
             k: &kv[h * tk * n.d..][..tk * n.d],
             v: &vv[h * tk * n.dv..][..tk * n.dv],

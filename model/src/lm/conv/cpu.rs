@@ -19,7 +19,7 @@ use crate::backend::Host;
 use crate::backend::simd::{self, multiversion, sigmoid};
 
 /// The sizes of one call.
-struct Sizes {
+struct ConvSizes {
     batch: usize,
     time: usize,
     channels: usize,
@@ -28,7 +28,7 @@ struct Sizes {
     history: usize,
 }
 
-impl Sizes {
+impl ConvSizes {
     fn of(x: &Shape, history: &Shape, weight: &Shape) -> Self {
         Self {
             batch: x[0],
@@ -50,11 +50,11 @@ struct Window<'a> {
     x: &'a [f32],
     history: &'a [f32],
     zeros: Vec<f32>,
-    n: &'a Sizes,
+    n: &'a ConvSizes,
 }
 
 impl<'a> Window<'a> {
-    fn new(x: &'a [f32], history: &'a [f32], n: &'a Sizes) -> Self {
+    fn new(x: &'a [f32], history: &'a [f32], n: &'a ConvSizes) -> Self {
         let zeros = vec![0.0; n.channels];
         Self {
             x,
@@ -128,7 +128,7 @@ multiversion! {
 multiversion! {
     /// `∂window_τ = Σ_j W_j ⊙ q_{τ−j}` for the window rows from `first` on (sequence-major),
     /// over the outputs `τ − j` that exist.
-    fn window_grad_rows(dx: &mut [f32], q: &[f32], weight: &[f32], n: &Sizes, first: usize) {
+    fn window_grad_rows(dx: &mut [f32], q: &[f32], weight: &[f32], n: &ConvSizes, first: usize) {
         let c = n.channels;
         for (i, dx) in dx.chunks_exact_mut(c).enumerate() {
             let row = first + i;
@@ -150,7 +150,7 @@ multiversion! {
 pub(crate) fn forward<B: Host>(
     [x, history, weight]: [FloatTensor<B>; 3],
 ) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
-    let n = Sizes::of(&x.shape(), &history.shape(), &weight.shape());
+    let n = ConvSizes::of(&x.shape(), &history.shape(), &weight.shape());
     let y = {
         let (xv, hv, w) = (B::values(&x), B::values(&history), B::values(&weight));
         let window = Window::new(&xv, &hv, &n);
@@ -174,7 +174,7 @@ pub(crate) fn backward<B: Host>(
     let [x, history, weight] =
         <[_; 3]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved x, history and W"));
     let (x_shape, history_shape, weight_shape) = (x.shape(), history.shape(), weight.shape());
-    let n = Sizes::of(&x_shape, &history_shape, &weight_shape);
+    let n = ConvSizes::of(&x_shape, &history_shape, &weight_shape);
     let (xv, hv, w, g) = (
         B::values(&x),
         B::values(&history),

@@ -31,7 +31,7 @@ use crate::backend::simd::{self, exp, multiversion};
 const BLOCK_LOGITS: usize = 1 << 24;
 
 /// The rows `x [n, d]` and the head weight, `[d, vocab]` or `[vocab, d]` (`transposed`).
-struct Head<'a> {
+struct HeadRows<'a> {
     x: &'a [f32],
     w: &'a [f32],
     rows: usize,
@@ -40,7 +40,7 @@ struct Head<'a> {
     transposed: bool,
 }
 
-impl<'a> Head<'a> {
+impl<'a> HeadRows<'a> {
     fn new(x: &'a [f32], w: &'a [f32], (x_shape, w_shape): (&Shape, &Shape), t: bool) -> Self {
         let vocab = if t { w_shape[0] } else { w_shape[1] };
         Self {
@@ -88,7 +88,7 @@ struct Pass {
 
 /// Scores every row of `head` against `targets` (token ids as floats), block by block;
 /// with `grad`, the gradients of the mean NLL with respect to `x` and `W` too.
-fn pass(head: &Head, targets: &[f32], grad: bool) -> Pass {
+fn pass(head: &HeadRows, targets: &[f32], grad: bool) -> Pass {
     let (n, d, vocab) = (head.rows, head.d, head.vocab);
     let targets: Vec<usize> = targets.iter().map(|&t| t as usize).collect();
     if let Some(&bad) = targets.iter().find(|&&t| t >= vocab) {
@@ -197,11 +197,11 @@ fn score_row(row: &mut [f32], target: usize, scale: Option<f32>) -> (f32, bool) 
 fn with_head<B: Host, R>(
     [x, weight, targets]: &[FloatTensor<B>; 3],
     transposed: bool,
-    f: impl FnOnce(&Head, &[f32]) -> R,
+    f: impl FnOnce(&HeadRows, &[f32]) -> R,
 ) -> R {
     let (xv, wv, tv) = (B::values(x), B::values(weight), B::values(targets));
     let shapes = (&x.shape(), &weight.shape());
-    f(&Head::new(&xv, &wv, shapes, transposed), &tv)
+    f(&HeadRows::new(&xv, &wv, shapes, transposed), &tv)
 }
 
 /// `[x [n, d], W, targets [n]]` → `[mean NLL, hits]`; with `grad`, saves `∂x` and `∂W` of

@@ -211,7 +211,7 @@ fn key_grads(
 }
 
 /// The sizes of a call: `q [b, h, queries, d]`, `v [b, h, keys, dv]`.
-struct Sizes {
+struct RowSizes {
     rows: usize,
     queries: usize,
     keys: usize,
@@ -220,7 +220,7 @@ struct Sizes {
     scale: f32,
 }
 
-impl Sizes {
+impl RowSizes {
     fn of(q: &CubeTensor, v: &CubeTensor) -> Self {
         let ([b, h, queries, d], [.., keys, dv]) = (q.shape().dims::<4>(), v.shape().dims::<4>());
         Self {
@@ -246,7 +246,7 @@ fn grid(like: &CubeTensor, rows: usize) -> (CubeCount, CubeDim) {
 /// `[q, k, v]` → `o [b, h, Tq, dv]` and the log-sum-exp of every query's scores.
 pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, CubeTensor) {
     let [q, k, v] = inputs.map(into_contiguous);
-    let n = Sizes::of(&q, &v);
+    let n = RowSizes::of(&q, &v);
     let mut o_dims = q.shape().dims::<4>();
     o_dims[3] = n.dv;
     let (o, lse) = (empty(&q, o_dims), empty(&q, [n.rows]));
@@ -274,7 +274,7 @@ pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, Cub
 pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -> [CubeTensor; 3] {
     let [q, k, v, o, lse] = saved.map(into_contiguous);
     let grad = into_contiguous(grad);
-    let n = Sizes::of(&q, &v);
+    let n = RowSizes::of(&q, &v);
     let (dq, dk, dv) = (
         empty(&q, q.shape().dims::<4>()),
         empty(&q, k.shape().dims::<4>()),

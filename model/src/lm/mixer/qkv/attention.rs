@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use super::{head_rows, scatter, transpose};
 use crate::backend::Host;
-use crate::lm::attention::cpu::{Head, Sizes, backward_head, forward_head};
+use crate::lm::attention::cpu::{AttentionHead, AttentionSizes, backward_head, forward_head};
 
 /// `qkv [batch, time, 3·d]` of tokens from position 0 and the RoPE table `[time, dh, 2]`
 /// (cos and sin of every element's pair at every position) → `o [batch, time, d]`.
@@ -74,7 +74,7 @@ pub(crate) fn kernel_forward<B: Host>(
 ) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
     let qkv_shape = qkv.shape();
     let (sequences, time, d, dh) = sizes(&qkv_shape, heads);
-    let n = Sizes::new(sequences, (time, time), (dh, dh), 0);
+    let n = AttentionSizes::new(sequences, (time, time), (dh, dh), 0);
     let (o, lse) = {
         let (x, table) = (B::values(&qkv), B::values(&rope));
         let per_head: Vec<[Vec<f32>; 2]> = (0..sequences)
@@ -109,7 +109,7 @@ pub(crate) fn kernel_backward<B: Host>(
         .unwrap_or_else(|_| unreachable!("saved qkv, the table, o and lse"));
     let (qkv_shape, rope_shape) = (qkv.shape(), rope.shape());
     let (sequences, time, d, dh) = sizes(&qkv_shape, heads);
-    let n = Sizes::new(sequences, (time, time), (dh, dh), 0);
+    let n = AttentionSizes::new(sequences, (time, time), (dh, dh), 0);
     let values = [&qkv, &rope, &o, &lse, &grad].map(|t| B::values(t));
     let [x, table, ov, lv, g] = &values;
     let per_head: Vec<[Vec<f32>; 3]> = (0..sequences)
@@ -121,7 +121,7 @@ pub(crate) fn kernel_backward<B: Host>(
                 head_rows(ov, at, (0, 1), (time, d, dh)),
                 head_rows(g, at, (0, 1), (time, d, dh)),
             );
-            let head = Head {
+            let head = AttentionHead {
                 q: &q,
                 k: &k,
                 v: &v,

@@ -20,7 +20,7 @@ use burn::tensor::Shape;
 use super::rows::{divide, divide_backward, map_rows, map_rows_backward};
 use super::{head_rows, scatter, transpose};
 use crate::backend::Host;
-use crate::hla::cpu::{Head, HeadKernels, Sizes, backward_head, each_head, forward_head};
+use crate::hla::cpu::{ChunkSizes, HeadInput, HeadKernels, backward_head, each_head, forward_head};
 use crate::hla::{HlaState, Order};
 use crate::hla::{pack_state, state_parts, unpack_state};
 use crate::lm::FeatureMap;
@@ -92,8 +92,8 @@ pub(super) struct Gathered {
 
 impl Gathered {
     /// The chunk kernels' view of this head, with its log gates.
-    pub(super) fn head<'a>(&'a self, log_g: &'a [f32]) -> Head<'a> {
-        Head {
+    pub(super) fn head<'a>(&'a self, log_g: &'a [f32]) -> HeadInput<'a> {
+        HeadInput {
             q: &self.q,
             k: &self.k,
             v: &self.v,
@@ -136,12 +136,12 @@ pub(super) fn gather(
 }
 
 /// The sizes of a call on `qkv [batch, time, 3·d]`.
-pub(super) fn sizes(qkv: &Shape, gates: &Shape, tokens: &QkvHla) -> (Sizes, usize) {
+pub(super) fn sizes(qkv: &Shape, gates: &Shape, tokens: &QkvHla) -> (ChunkSizes, usize) {
     let d = qkv[2] / 3;
     let dh = d / tokens.heads;
     let q = [qkv[0], tokens.heads, qkv[1], dh];
     let v = [qkv[0], tokens.heads, qkv[1], tokens.dv(dh)];
-    (Sizes::new(&q, &v, gates, tokens.chunk), d)
+    (ChunkSizes::new(&q, &v, gates, tokens.chunk), d)
 }
 
 /// `[qkv, log g, state₀]` (the state packed per head) → packed `[o [batch, time, d],
