@@ -2,7 +2,7 @@
 //! `start .. start + Tq` over keys `0 .. Tk`: query `i` sees keys `j ≤ start + i`. On CPU
 //! devices one CPU kernel each way ([`cpu`]): tiled with an online softmax, no `Tq × Tk`
 //! tensor in the forward or the backward pass (FlashAttention-2's algorithm). On CubeCL
-//! devices (wgpu, cuda) kernels with the same algorithm, one unit per row ([`cube`]).
+//! devices (wgpu, cuda) kernels with the same algorithm, one unit per row ([`gpu`]).
 //! Elsewhere Burn's attention op.
 
 pub(crate) mod cpu;
