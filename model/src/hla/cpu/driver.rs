@@ -1,8 +1,9 @@
-//! The one CPU driver of the per-head kernels of every order: [`each_head`] walks every
-//! sequence and head in parallel, and [`forward_head`] and [`backward_head`] run one
-//! head through its order's [`HeadKernels`]. The chunked HLA op here ([`forward`],
-//! [`backward`]: q, k, v as `[batch, heads, time, dim]` tensors) and the mixer's kernels
-//! from packed `qkv` both walk the heads with it.
+//! The one CPU driver of the per-head kernels of every order: it walks every sequence and
+//! head in parallel, either writing each head's results in place into buffers laid out
+//! head after head ([`each_head_into`]: the chunked HLA op here, [`forward`] and
+//! [`backward`], with q, k, v as `[batch, heads, time, dim]` tensors) or collecting them
+//! ([`each_head`] with [`forward_head`] and [`backward_head`]: the mixer's kernels from
+//! packed `qkv`, whose heads are gathered and scattered around the kernels).
 
 use burn::backend::TensorMetadata;
 use burn::backend::tensor::FloatTensor;
@@ -24,6 +25,31 @@ pub(crate) struct CpuChunked {
 /// `f(i)` for every sequence-and-head `i` of `n`, in parallel.
 pub(crate) fn each_head<T: Send>(n: &ChunkSizes, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
     (0..n.sequences()).into_par_iter().map(f).collect()
+}
+
+/// `f(i, parts)` for every sequence-and-head `i` of `n`, in parallel, `parts[j]` being
+/// head `i`'s share of `buffers[j]` (each laid out head after head; an empty buffer gives
+/// every head an empty share).
+pub(crate) fn each_head_into<const N: usize>(
+    n: &ChunkSizes,
+    buffers: [&mut [f32]; N],
+    f: impl Fn(usize, [&mut [f32]; N]) + Sync + Send,
+) {
+    let heads = n.sequences();
+    let mut shares: Vec<Vec<&mut [f32]>> = (0..heads).map(|_| Vec::with_capacity(N)).collect();
+    for buffer in buffers {
+        let len = buffer.len() / heads.max(1);
+        let mut rest = buffer;
+        for share in &mut shares {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            share.push(head);
+            rest = tail;
+        }
+    }
+    shares.into_par_iter().enumerate().for_each(|(i, parts)| {
+        let parts = <[_; N]>::try_from(parts).unwrap_or_else(|_| unreachable!("N shares"));
+        f(i, parts)
+    });
 }
 
 /// One head's forward results: `o [time, dv]`, the final state and every chunk's start
@@ -107,20 +133,20 @@ pub(crate) fn forward<B: Host>(
     let [q, k, v, log_g, state0] = inputs;
     let n = ChunkSizes::new(&q.shape(), &v.shape(), &log_g.shape(), kernel.chunk);
     let len = (kernel.kernels.state_len)(n.d, n.dv);
-    let heads = {
+    let sequences = n.sequences();
+    let (packed, starts) = {
         let values = [&q, &k, &v, &log_g, &state0].map(|t| B::values(t));
         let [qv, kv, vv, gv, s0] = &values;
-        each_head(&n, |i| {
+        let mut packed = vec![0.0; sequences * (n.time * n.dv + len)];
+        let (o, state) = packed.split_at_mut(sequences * n.time * n.dv);
+        state.copy_from_slice(s0);
+        let mut starts = vec![0.0; sequences * n.chunks() * len];
+        each_head_into(&n, [o, state, &mut starts], |i, [o, state, starts]| {
             let x = head(&n, [qv, kv, vv, gv], i);
-            forward_head(&kernel.kernels, &n, &x, &s0[i * len..][..len])
-        })
+            (kernel.kernels.forward)(&n, &x, state, o, starts);
+        });
+        (packed, starts)
     };
-    let mut packed = Vec::with_capacity(n.sequences() * (n.time * n.dv + len));
-    heads.iter().for_each(|h| packed.extend_from_slice(&h.o));
-    heads
-        .iter()
-        .for_each(|h| packed.extend_from_slice(&h.state));
-    let starts: Vec<f32> = heads.into_iter().flat_map(|h| h.starts).collect();
     let (packed_len, starts_len) = (packed.len(), starts.len());
     let saved = vec![q, k, v, log_g, B::tensor(starts, Shape::new([starts_len]))];
     (B::tensor(packed, Shape::new([packed_len])), saved)
@@ -143,23 +169,29 @@ pub(crate) fn backward<B: Host>(
     let values = [&q, &k, &v, &log_g, &starts, &grad].map(|t| B::values(t));
     let [qv, kv, vv, gv, sv, grad] = &values;
     let (g_o, g_state) = grad.split_at(n.sequences() * t * dv);
-    let heads = each_head(&n, |i| {
+    let (mut dq, mut dk, mut d_v) = (
+        vec![0.0; qv.len()],
+        vec![0.0; kv.len()],
+        vec![0.0; vv.len()],
+    );
+    let mut d_state = g_state.to_vec();
+    let mut dg = vec![0.0; if kernel.gates { n.sequences() * t } else { 0 }];
+    let grads = [&mut dq[..], &mut dk, &mut d_v, &mut d_state, &mut dg];
+    each_head_into(&n, grads, |i, [q, k, v, state, gates]| {
         let x = head(&n, [qv, kv, vv, gv], i);
         let starts = &sv[i * start_len..][..start_len];
-        let g = (&g_o[i * t * dv..][..t * dv], &g_state[i * len..][..len]);
-        backward_head(&kernel.kernels, &n, &x, starts, g, kernel.gates)
+        let gates = kernel.gates.then_some(gates);
+        let mut out = Grads {
+            q,
+            k,
+            v,
+            state,
+            gates,
+        };
+        (kernel.kernels.backward)(&n, &x, starts, &g_o[i * t * dv..][..t * dv], &mut out);
     });
-    let concat = |part: fn(&HeadGrads) -> &[f32]| -> Vec<f32> {
-        heads.iter().flat_map(|h| part(h).iter().copied()).collect()
-    };
-    let (dq, dk, d_v, d_state) = (
-        concat(|h| &h.q),
-        concat(|h| &h.k),
-        concat(|h| &h.v),
-        concat(|h| &h.state),
-    );
     let dg = match kernel.gates {
-        true => n.gate_sums(&concat(|h| &h.gates)),
+        true => n.gate_sums(&dg),
         false => vec![0.0; gv.len()],
     };
     let state_len = d_state.len();
