@@ -11,31 +11,23 @@ use std::time::Instant;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
+use super::key::Settings;
+use super::publish::{self, Part};
+use super::{META_FILE, Meta, Prepared, TOKENIZER_FILE, TOKENS_FILE, open};
 use crate::DataError;
-use crate::cache::{self, Part};
 use crate::corpus::documents::{self, Piece};
 use crate::corpus::sources::Sources;
 use crate::corpus::{self};
-use crate::prepared::{self, META_FILE, Meta, Prepared, TOKENIZER_FILE, TOKENS_FILE};
 use crate::tokenizer::{Tokenizer, TokenizerKind};
 
 /// Bytes of text tokenized at once.
 const BATCH_BYTES: usize = 32 << 20;
 
-/// How a corpus is prepared.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub tokenizer: TokenizerKind,
-    /// The JSONL field or Parquet column of the documents.
-    pub text_field: String,
-    pub train_fraction: f64,
-}
-
-/// Tokenizes `sources` into the cache folder `dir` ([`crate::cache::folder`]), or re-uses
-/// what is there when it was prepared from files of the same paths, sizes and modification
-/// times with the same settings (their contents are not read again). Returns the prepared
-/// corpus and whether it was re-used. Safe to run from several processes at once: see
-/// [`crate::cache`].
+/// Tokenizes `sources` into the cache folder `dir` ([`super::folder`]), or re-uses what is
+/// there when it was prepared from files of the same paths, sizes and modification times
+/// with the same settings (their contents are not read again). Returns the prepared corpus
+/// and whether it was re-used. Safe to run from several processes at once: see
+/// [`super::publish`].
 pub fn prepare(
     sources: &Sources,
     settings: &Settings,
@@ -53,9 +45,9 @@ pub fn prepare_with(
     force: bool,
 ) -> Result<(Prepared, bool), DataError> {
     let fingerprint = sources.fingerprint()?;
-    let _lock = cache::lock(dir)?;
+    let _lock = publish::lock(dir)?;
     if !force
-        && let Ok(existing) = prepared::open(dir)
+        && let Ok(existing) = open(dir)
         && existing.meta.fingerprint == fingerprint
         && existing.meta.tokenizer == settings.tokenizer
         && existing.meta.text_field == settings.text_field
@@ -66,7 +58,7 @@ pub fn prepare_with(
     let part = Part::create(dir)?;
     write_preparation(sources, settings, fingerprint, part.path())?;
     part.publish()?;
-    Ok((prepared::open(dir)?, false))
+    Ok((open(dir)?, false))
 }
 
 /// Tokenizes `sources` into the files of a prepared corpus in the empty folder `dir`.

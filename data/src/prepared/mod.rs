@@ -1,6 +1,7 @@
-//! A corpus tokenized once ([`crate::prepare`]) into a flat token file (u16 when the
-//! vocabulary fits, else u32, little-endian) with its metadata and tokenizer, read back
-//! through a memory map so that corpora larger than memory work.
+//! A corpus tokenized once ([`prepare`]) into a folder of the preparation cache ([`folder`]):
+//! a flat token file (u16 when the vocabulary fits, else u32, little-endian) with its
+//! metadata and tokenizer, read back through a memory map so that corpora larger than
+//! memory work.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -11,9 +12,16 @@ use serde::{Deserialize, Serialize};
 use crate::DataError;
 use crate::tokenizer::{Tokenizer, TokenizerKind};
 
-pub const TOKENS_FILE: &str = "tokens.bin";
-pub const META_FILE: &str = "meta.json";
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
+mod build;
+mod key;
+mod publish;
+
+pub use build::{prepare, prepare_with};
+pub use key::{Settings, folder};
+
+const TOKENS_FILE: &str = "tokens.bin";
+const META_FILE: &str = "meta.json";
+const TOKENIZER_FILE: &str = "tokenizer.json";
 
 /// What `meta.json` records about a prepared corpus.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

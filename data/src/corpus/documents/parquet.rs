@@ -8,9 +8,9 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::RowAccessor;
 use parquet::schema::types::Type;
 
-use super::documents::Piece;
-use super::sources::{Compression, SourceFile};
+use super::Piece;
 use crate::DataError;
+use crate::corpus::sources::{Compression, SourceFile};
 
 pub fn read(
     file: &SourceFile,

@@ -1,5 +1,5 @@
-//! The folders of the preparation cache: one per corpus and settings ([`folder`]), prepared by
-//! one process at a time ([`lock`]) into a temporary sibling and published whole ([`Part`]).
+//! How a prepared folder is written: by one process at a time ([`lock`]), into a temporary
+//! sibling published whole ([`Part`]).
 //!
 //! Both a lock and a temporary folder, because each guards against a different failure. The
 //! lock (`flock` through `File::lock`) makes a second preparation of the same corpus wait for
@@ -12,73 +12,7 @@
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
 use crate::DataError;
-use crate::corpus;
-use crate::prepare::Settings;
-use crate::tokenizer::TokenizerKind;
-
-/// The folder of `source` prepared with `settings` under `cache_dir`: the source's name and
-/// the tokenizer's, readable, then a hash of the source's full path and every setting (a
-/// Hugging Face tokenizer by its path and contents), so that two corpora (`/x/big.jsonl`,
-/// `/y/big.jsonl`), two settings or an edited tokenizer file never share a folder.
-pub fn folder(cache_dir: &Path, source: &Path, settings: &Settings) -> PathBuf {
-    #[derive(Serialize)]
-    struct Key<'a> {
-        source: PathBuf,
-        tokenizer: String,
-        text_field: &'a str,
-        train_fraction: f64,
-    }
-    let tokenizer = match &settings.tokenizer {
-        // A file that cannot be read keys by its path: loading it fails with its own message.
-        TokenizerKind::Hf(path) => format!(
-            "hf:{}:{}",
-            full_path(path).display(),
-            std::fs::read(path).map_or_else(|_| String::new(), |b| corpus::sha256(&b))
-        ),
-        other => other.to_string(),
-    };
-    let key = Key {
-        source: full_path(source),
-        tokenizer,
-        text_field: &settings.text_field,
-        train_fraction: settings.train_fraction,
-    };
-    let hash = corpus::sha256(&serde_json::to_vec(&key).expect("serialisable"));
-    let stem = source
-        .file_stem()
-        .map_or("corpus".into(), |s| clean(&s.to_string_lossy()));
-    let kind = match &settings.tokenizer {
-        TokenizerKind::Hf(_) => "hf".to_string(),
-        other => other.to_string(),
-    };
-    cache_dir
-        .join("prepared")
-        .join(format!("{stem}-{kind}-{}", &hash[..16]))
-}
-
-/// `path` absolute, with symbolic links resolved where it exists (a glob pattern does not).
-fn full_path(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path)
-        .or_else(|_| std::path::absolute(path))
-        // Only a missing working directory fails both; the path as given is then all there is.
-        .unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// `s` in letters, digits and `._-`.
-fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
 
 /// `dir`'s sibling named `dir` + `suffix`.
 fn sibling(dir: &Path, suffix: &str) -> PathBuf {

@@ -1,40 +1,21 @@
-//! The documents of a corpus file, streamed in pieces so that memory stays bounded
-//! whatever the size of the file.
+//! The documents of a text or JSONL file, plain, gzip or zstd: a text file is one document
+//! cut into pieces, a JSONL line one document.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::sources::{Compression, Format, SourceFile};
+use super::{PIECE_BYTES, Piece};
 use crate::DataError;
+use crate::corpus::sources::{Compression, Format, SourceFile};
 
-/// About how many bytes a piece of a long text document holds.
-pub const PIECE_BYTES: usize = 1 << 20;
-
-/// Part of a document, in order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Piece {
-    pub bytes: Vec<u8>,
-    /// Where the piece starts in its file (after decompression; a JSONL document: its
-    /// line, counted from 1), for error messages.
-    pub offset: usize,
-    /// Whether the document ends with this piece.
-    pub last: bool,
-}
-
-/// Reads the documents of `file` in order and passes their pieces to `each`: a text file is
-/// one document, cut into pieces of one to two [`PIECE_BYTES`] where tokenizing them apart
-/// changes nothing (see [`cut`]); a JSONL line or a Parquet row is one whole document, its
-/// `text_field`. `read` counts the bytes read from disk.
+/// Reads the documents of the text or JSONL `file` (see [`super::read`]).
 pub fn read(
     file: &SourceFile,
     text_field: &str,
     read: &AtomicU64,
     each: &mut dyn FnMut(Piece) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
-    if file.format == Format::Parquet {
-        return super::parquet::read(file, text_field, read, each);
-    }
     let disk = std::fs::File::open(&file.path).map_err(DataError::io(&file.path))?;
     let counted = BufReader::new(Counted { inner: disk, read });
     let reader: Box<dyn BufRead + '_> = match file.compression {
@@ -47,7 +28,7 @@ pub fn read(
     match file.format {
         Format::Text => text(reader, &file.path, each),
         Format::Jsonl => jsonl(reader, &file.path, text_field, each),
-        Format::Parquet => unreachable!("read above"),
+        Format::Parquet => unreachable!("a Parquet file is read by `parquet::read`"),
     }
 }
 
