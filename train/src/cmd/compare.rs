@@ -13,11 +13,14 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-use crate::config::{RunConfig, UsageError};
-use crate::experiment::{Experiment, Metric, PlannedRun};
-use crate::report::{self, Row};
-use crate::run_dir::RunDir;
-use crate::train::{Job, train, with_devices};
+use crate::run::config::RunConfig;
+use crate::run::devices;
+use crate::run::experiment::{Experiment, Metric, PlannedRun};
+use crate::run::plots;
+use crate::run::report::{self, Row};
+use crate::run::run_dir::RunDir;
+use crate::run::trainer::{Job, train};
+use crate::run::usage::UsageError;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -135,7 +138,7 @@ fn plan(experiment: &Experiment, only: &[String], args: &Args) -> Result<Vec<Pla
         .filter(|r| only.is_empty() || only.contains(&r.name))
         .map(|run| {
             let config = RunConfig::load(&run.config, &run.set)
-                .and_then(|c| with_devices(c, args.device.as_deref(), &args.devices))
+                .and_then(|c| c.with_devices(args.device.as_deref(), &args.devices))
                 .map_err(|e| {
                     let error = e.context(format!("run {:?}", run.name));
                     anyhow::Error::from(UsageError::from(error))
@@ -157,7 +160,7 @@ fn check_devices(plans: Vec<Plan>) -> Result<Vec<Plan>> {
     let lists: std::collections::BTreeSet<&Vec<String>> =
         plans.iter().map(|p| &p.config.train.devices).collect();
     for names in lists {
-        crate::device::parse_all(names)?;
+        devices::parse_all(names)?;
     }
     Ok(plans)
 }
@@ -272,7 +275,7 @@ fn write_results(experiment: &Experiment) -> Result<()> {
         .into_iter()
         .map(|(row, _)| row)
         .collect();
-    let charts = crate::plots::draw_all(&experiment.dir, &charted, &best, metric)?;
+    let charts = plots::draw_all(&experiment.dir, &charted, &best, metric)?;
     println!(
         "{} of {} runs finished; results.md, results.csv and {} charts in {}",
         rows.len(),

@@ -10,8 +10,9 @@ use hla_data::tokenizer::Tokenizer;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::config::usage;
-use crate::run_dir::RunDir;
+use crate::run::devices;
+use crate::run::run_dir::RunDir;
+use crate::run::usage::usage;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -31,7 +32,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Compute device: flex, ndarray or wgpu (if compiled in).
-    #[arg(long, default_value = crate::device::default_name())]
+    #[arg(long, default_value = devices::default_name())]
     device: String,
 }
 
@@ -52,7 +53,7 @@ fn at_least_one(text: &str) -> Result<usize, String> {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let device = crate::device::parse(&args.device)?;
+    let device = devices::parse(&args.device)?;
     let run = RunDir::new(&args.run);
     let config = run.load_config(&[])?;
     if !run.tokenizer().exists() {

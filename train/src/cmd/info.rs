@@ -8,8 +8,9 @@ use hla_data::config::Task;
 use hla_data::corpus;
 use hla_model::lm::MixerKind;
 
-use crate::config::RunConfig;
-use crate::run_dir::RunDir;
+use crate::run::config::RunConfig;
+use crate::run::devices;
+use crate::run::run_dir::RunDir;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -33,7 +34,7 @@ pub fn run(args: &Args) -> Result<()> {
         (None, Some(run)) => RunDir::new(run).load_config(&args.overrides)?,
         (None, None) => unreachable!("clap requires --config or --run"),
     };
-    let config = crate::train::with_devices(config, None, &args.devices)?;
+    let config = config.with_devices(None, &args.devices)?;
     let vocab_size = match config.data.task()? {
         Task::Text { corpus } => {
             config
@@ -46,15 +47,12 @@ pub fn run(args: &Args) -> Result<()> {
         Task::Mqar(mqar) => mqar.vocab_size,
     };
     let lm = config.model.lm_config(vocab_size);
-    let model = lm.init(&crate::device::parse(crate::device::default_name())?);
+    let model = lm.init(&devices::parse(devices::default_name())?);
     print!("{}", config.to_toml());
     println!();
     println!("# vocabulary        {vocab_size}");
     println!("# parameters        {}", model.num_params());
-    println!(
-        "# devices           {}",
-        crate::train::describe_devices(&config.train)
-    );
+    println!("# devices           {}", config.train.describe_devices());
     let context = config.train.context;
     println!(
         "# state per layer   {} floats per sequence{}",

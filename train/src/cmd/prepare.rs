@@ -6,7 +6,7 @@ use anyhow::Result;
 use hla_data::config::Task;
 use hla_data::corpus;
 
-use crate::config::RunConfig;
+use crate::run::config::RunConfig;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -10,13 +10,15 @@ use hla_model::hla::{
     multi_scale_decay,
 };
 
+use crate::run::devices;
+
 /// Largest relative RMS error allowed in f32.
 const TOLERANCE: f64 = 1e-4;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Compute device: flex, ndarray or wgpu (if compiled in).
-    #[arg(long, default_value = crate::device::default_name())]
+    #[arg(long, default_value = devices::default_name())]
     device: String,
     /// Sequence length.
     #[arg(long, default_value_t = 257, value_parser = clap::value_parser!(u32).range(1..))]
@@ -43,7 +45,7 @@ struct Variant {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let device = crate::device::parse(&args.device)?;
+    let device = devices::parse(&args.device)?;
     device.seed(args.seed);
     let (t, h, d) = (args.time as usize, args.heads as usize, args.dim as usize);
     let log_g = fixed_log_gates(&multi_scale_decay(h, DEFAULT_DECAY_BASE), t, &device)?;

@@ -13,7 +13,7 @@ use hla_data::prepared::{Prepared, TokenFile};
 use hla_data::tokenizer::Tokenizer;
 use hla_data::windows::{AllWindows, Draws, FullPass, LmItem, RandomWindows};
 
-use crate::config::RunConfig;
+use crate::run::config::RunConfig;
 
 pub enum Data {
     Text {

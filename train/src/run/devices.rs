@@ -2,13 +2,12 @@
 //! N-th discrete GPU), `cuda` and `cuda:N`, each usable when its backend was compiled in.
 
 use std::fmt;
-use std::io::Write;
-use std::process::ExitCode;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use burn::prelude::*;
+
+use super::usage::UsageError;
 
 /// Backends this build understands, whether compiled in or not.
 pub const NAMES: [&str; 4] = ["flex", "ndarray", "wgpu", "cuda"];
@@ -113,7 +112,7 @@ impl Spec {
                     "the {backend} device was not compiled into this build; rebuild with \
                      `--features {backend}`"
                 );
-                Err(crate::config::UsageError::from(error).into())
+                Err(UsageError::from(error).into())
             }
         }
     }
@@ -127,7 +126,7 @@ pub fn parse(name: &str) -> Result<Device> {
 /// The spec called `name`; a bad name is a usage error.
 fn spec(name: &str) -> Result<Spec> {
     name.parse::<Spec>()
-        .map_err(|e| crate::config::UsageError::from(anyhow::anyhow!(e)).into())
+        .map_err(|e| UsageError::from(anyhow::anyhow!(e)).into())
 }
 
 /// The devices of a run: `names`, or the default device when there are none.
@@ -138,34 +137,6 @@ pub fn parse_all(names: &[String]) -> Result<Vec<Device>> {
     names.iter().map(|name| parse(name)).collect()
 }
 
-/// Whether this process has started (or tried to start) a wgpu device; see [`exit`].
-static WGPU_STARTED: AtomicBool = AtomicBool::new(false);
-
-/// The process's exit: `code`, and after a wgpu device without running the C libraries'
-/// exit handlers. cubecl never destroys its devices, and its poll thread may still be
-/// inside the driver when a Vulkan driver's library destructors run (CI saw a finished
-/// `hla train --device wgpu` on Mesa's lavapipe end with a failure status and no message).
-/// Every file is written by then; only the standard streams need flushing.
-pub fn exit(code: u8) -> ExitCode {
-    if WGPU_STARTED.load(Ordering::SeqCst) {
-        exit_now(code)
-    }
-    ExitCode::from(code)
-}
-
-/// Ends the process now with `code`, as [`exit`] would end it.
-pub fn exit_now(code: u8) -> ! {
-    #[cfg(unix)]
-    if WGPU_STARTED.load(Ordering::SeqCst) {
-        // A failed flush (a closed pipe) changes nothing about how the run went.
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // SAFETY: ends the process; no Rust state is used afterwards.
-        unsafe { libc::_exit(code.into()) }
-    }
-    std::process::exit(code.into())
-}
-
 /// The GPU, started now: a machine without an adapter, or a bad
 /// `CUBECL_WGPU_DEFAULT_DEVICE`, then gets one message instead of a panic at the first
 /// tensor.
@@ -173,7 +144,7 @@ pub fn exit_now(code: u8) -> ! {
 fn wgpu(index: Option<usize>) -> Result<Device> {
     use burn::tensor::DeviceKind;
     use burn::tensor::wgpu::WgpuInitError;
-    WGPU_STARTED.store(true, Ordering::SeqCst);
+    crate::output::wgpu_starting();
     let kind = index.map_or(DeviceKind::DefaultDevice, DeviceKind::DiscreteGpu);
     Device::wgpu_options()
         .device_kind(kind)
@@ -182,7 +153,7 @@ fn wgpu(index: Option<usize>) -> Result<Device> {
             let usage = matches!(e, WgpuInitError::InvalidConfiguration { .. });
             let error = anyhow::Error::new(e).context("cannot start the wgpu device");
             if usage {
-                crate::config::UsageError::from(error).into()
+                UsageError::from(error).into()
             } else {
                 error
             }

@@ -7,10 +7,10 @@ use anyhow::{Context, Result};
 use burn::prelude::*;
 use hla_model::lm::{Lm, MixerKind};
 
-use crate::config::RunConfig;
-use crate::data::Data;
-use crate::eval::{self, Mode};
-use crate::run_dir::{RunDir, write_atomic};
+use super::config::RunConfig;
+use super::data::Data;
+use super::evaluate::{Mode, evaluate};
+use super::run_dir::{RunDir, write_atomic};
 
 /// What training handed back.
 pub struct Finished {
@@ -21,16 +21,16 @@ pub struct Finished {
     pub steps_timed: usize,
 }
 
-/// Writes the final weights, validates them on `device` (the main one), and writes the
-/// metrics files.
+/// Writes the final weights of a run of `config` into `run`, validates them on `device`
+/// (the main one), and writes the metrics files.
 pub fn finish(
-    job: &super::Job,
-    device: &Device,
+    config: &RunConfig,
     run: &RunDir,
+    device: &Device,
     data: &Data,
     done: Finished,
 ) -> Result<()> {
-    let (config, lm) = (job.config, &done.lm);
+    let lm = &done.lm;
     let t = &config.train;
     let weights = lm
         .clone()
@@ -47,7 +47,7 @@ pub fn finish(
     };
     let items = data.full_pass(config)?;
     let label = format!("{mode:?} validation");
-    let evaluation = eval::evaluate(lm, &items, data.is_mqar(), mode, device, &label);
+    let evaluation = evaluate(lm, &items, data.is_mqar(), mode, device, &label);
     evaluation.print();
     let estimate = random_batch_estimate(lm, data, config, device)?;
     let seconds = done.seconds;
@@ -75,7 +75,7 @@ pub fn finish(
     println!(
         "{:.0} tokens/s; model and metrics in {}",
         tokens / seconds,
-        job.out.display()
+        run.path().display()
     );
     Ok(())
 }
@@ -92,7 +92,7 @@ fn random_batch_estimate(
         return Ok(None);
     };
     let label = "Random-batch estimate";
-    let estimate = eval::evaluate(lm, &items, false, Mode::Chunked, device, label);
+    let estimate = evaluate(lm, &items, false, Mode::Chunked, device, label);
     println!(
         "Random-batch estimate: loss {:.4}  ({} batches of random windows)",
         estimate.loss, config.train.eval_batches

@@ -10,8 +10,8 @@ use plotters::coord::Shift;
 use plotters::coord::ranged1d::Ranged;
 use plotters::prelude::*;
 
-use crate::experiment::Metric;
-use crate::report::Row;
+use crate::run::experiment::Metric;
+use crate::run::report::Row;
 
 const SIZE: (u32, u32) = (900, 600);
 

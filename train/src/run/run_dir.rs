@@ -10,7 +10,8 @@ use burn::prelude::*;
 use burn::store::ModuleRecord;
 use hla_model::lm::Lm;
 
-use crate::config::{RunConfig, UsageError};
+use super::config::RunConfig;
+use super::usage::UsageError;
 
 pub struct RunDir(PathBuf);
 

@@ -21,6 +21,9 @@ use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc;
+use crate::run::devices;
+use crate::run::run_dir::write_atomic;
+use crate::run::usage::UsageError;
 use decode::DecodeRow;
 use matmul::MatmulRow;
 use operators::{EfficiencyRow, OperatorRow, efficiency};
@@ -31,7 +34,7 @@ use sweep::SweepRow;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Compute device: flex, ndarray or wgpu (if compiled in).
-    #[arg(long, default_value = crate::device::default_name())]
+    #[arg(long, default_value = devices::default_name())]
     device: String,
     /// Print every figure as JSON on stdout instead of the tables.
     #[arg(long)]
@@ -188,8 +191,8 @@ pub fn run(args: &Args) -> Result<()> {
     let tables = render(&report);
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        crate::run_dir::write_atomic(&dir.join("bench.json"), json.as_bytes())?;
-        crate::run_dir::write_atomic(&dir.join("bench.md"), tables.as_bytes())?;
+        write_atomic(&dir.join("bench.json"), json.as_bytes())?;
+        write_atomic(&dir.join("bench.md"), tables.as_bytes())?;
         if !report.operators.is_empty() {
             plot_times(dir, &report.operators)?;
         }
@@ -201,14 +204,14 @@ pub fn run(args: &Args) -> Result<()> {
 fn read_report(path: &std::path::Path) -> Result<Report> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read {}", path.display()))
-        .map_err(crate::config::UsageError::from)?;
+        .map_err(UsageError::from)?;
     serde_json::from_str(&text)
         .with_context(|| format!("{} is not a bench.json of this version", path.display()))
-        .map_err(|e| crate::config::UsageError::from(e).into())
+        .map_err(|e| UsageError::from(e).into())
 }
 
 fn measure(args: &Args) -> Result<Report> {
-    let device = crate::device::parse(&args.device)?;
+    let device = devices::parse(&args.device)?;
     device.seed(args.seed);
     let host_memory = args.device != "wgpu";
     let bench = Bench {
@@ -312,6 +315,30 @@ fn passes(segment: usize) -> String {
         0 => "one pass".into(),
         n => format!("passes of {n}"),
     }
+}
+
+/// Runs case `c` `reps[c]` times with `run`, in rounds of one run of every case still short
+/// of its repetitions, so that the machine's slow spells spread over all cases (and both
+/// ends of a ratio) instead of landing on a few; returns each case's results and its peak
+/// heap bytes (the second of what `run` returns).
+fn in_rounds<R>(
+    section: &str,
+    reps: &[usize],
+    mut run: impl FnMut(usize) -> Result<(R, usize)>,
+) -> Result<Vec<(Vec<R>, usize)>> {
+    let rounds = reps.iter().copied().max().unwrap_or(0);
+    let mut measured: Vec<(Vec<R>, usize)> = reps.iter().map(|_| (Vec::new(), 0)).collect();
+    for round in 0..rounds {
+        eprintln!("{section}: round {} of {rounds}", round + 1);
+        for (c, &wanted) in reps.iter().enumerate() {
+            if round < wanted {
+                let (result, peak) = run(c)?;
+                measured[c].0.push(result);
+                measured[c].1 = measured[c].1.max(peak);
+            }
+        }
+    }
+    Ok(measured)
 }
 
 /// Repetitions for about [`BUDGET_S`] of calls taking `warm` seconds, 3 to 15.

@@ -8,7 +8,7 @@ use hla_model::bench::{Operator, OperatorInputs};
 use hla_model::hla::Form;
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, repetitions, shape};
+use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, in_rounds, repetitions, shape};
 use crate::alloc;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -27,6 +27,9 @@ pub(super) struct EfficiencyRow {
     pub(super) gflop: f64,
     pub(super) gflops: f64,
 }
+
+/// An operator, the index of its length, with backward, fused.
+type Case = (Operator, usize, bool, bool);
 
 impl Bench {
     /// Every operator, pass and length (with `composed`, those with a fused kernel also
@@ -50,26 +53,9 @@ impl Bench {
                 (x, OperatorInputs::random(&shape, &autodiff))
             })
             .collect();
-        // (operator, index of the length, with backward, fused)
-        let mut cases = Vec::new();
-        for (i, &time) in times.iter().enumerate() {
-            for op in Operator::ALL {
-                let fused = op.has_kernels(&self.device);
-                let variants: &[bool] = if fused && composed {
-                    &[true, false]
-                } else {
-                    &[fused]
-                };
-                for &fused in variants {
-                    cases.push((op, i, false, fused));
-                    if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
-                        cases.push((op, i, true, fused));
-                    }
-                }
-            }
-        }
+        let cases = self.operator_cases(times, composed);
         // Seconds and peak heap bytes of one call.
-        let once = |&(op, i, backward, fused): &(Operator, usize, bool, bool)| {
+        let once = |&(op, i, backward, fused): &Case| {
             hla_model::fused::set_enabled(fused);
             let (x, x_grad) = &inputs[i];
             let base = alloc::reset_peak();
@@ -92,23 +78,12 @@ impl Bench {
             );
             reps.push(repetitions(once(case)?.0));
         }
-        let rounds = reps.iter().copied().max().unwrap_or(0);
-        let mut runs = vec![Vec::new(); cases.len()];
-        let mut peaks = vec![0; cases.len()];
-        for round in 0..rounds {
-            eprintln!("operators: round {} of {rounds}", round + 1);
-            for (c, case) in cases.iter().enumerate() {
-                if round < reps[c] {
-                    let (seconds, peak) = once(case)?;
-                    runs[c].push(seconds);
-                    peaks[c] = peaks[c].max(peak);
-                }
-            }
-        }
+        let measured = in_rounds("operators", &reps, |c| once(&cases[c]))?;
         hla_model::fused::set_enabled(true);
-        let rows = cases.iter().zip(runs).zip(peaks);
-        Ok(rows
-            .map(|((&(op, i, backward, fused), runs), peak)| {
+        Ok(cases
+            .iter()
+            .zip(measured)
+            .map(|(&(op, i, backward, fused), (runs, peak))| {
                 let pass = if backward {
                     "forward+backward"
                 } else {
@@ -130,6 +105,29 @@ impl Bench {
                 }
             })
             .collect())
+    }
+
+    /// Every operator, pass and length as (operator, index of the length, with backward,
+    /// fused); with `composed`, those with a fused kernel also without it.
+    fn operator_cases(&self, times: &[usize], composed: bool) -> Vec<Case> {
+        let mut cases = Vec::new();
+        for (i, &time) in times.iter().enumerate() {
+            for op in Operator::ALL {
+                let fused = op.has_kernels(&self.device);
+                let variants: &[bool] = if fused && composed {
+                    &[true, false]
+                } else {
+                    &[fused]
+                };
+                for &fused in variants {
+                    cases.push((op, i, false, fused));
+                    if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
+                        cases.push((op, i, true, fused));
+                    }
+                }
+            }
+        }
+        cases
     }
 }
 

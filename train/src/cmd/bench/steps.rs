@@ -14,10 +14,10 @@ use hla_model::lm::{MixerKind, MlpKind, NormKind, Positions};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Timing, launches};
+use super::{Bench, Timing, in_rounds, launches};
 use crate::alloc;
-use crate::config::{ModelSection, TrainSection};
-use crate::trainee::{NanGuard, Trainee};
+use crate::run::config::{ModelSection, TrainSection};
+use crate::run::trainer::trainee::{NanGuard, Trainee};
 
 /// A model and batch shape of the train section.
 pub(super) struct Workload {
@@ -151,7 +151,7 @@ impl Case {
             guard: NanGuard::default(),
             gradient_scale: 1.0,
         };
-        let optimizer = crate::train::optimizer(&TrainSection::default(), &trainee);
+        let optimizer = crate::run::trainer::optim::optimizer(&TrainSection::default(), &trainee);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let items = (0..workload.batch)
             .map(|_| {
@@ -201,6 +201,29 @@ impl Case {
         self.trainee = Some(trainee);
         Ok(([forward, backward, optimizer], alloc::peak() - base))
     }
+
+    /// The row of this case's timed steps (the seconds of their phases) and peak heap bytes.
+    fn row(&self, runs: &[[f64; 3]], peak_bytes: Option<usize>) -> TrainRow {
+        let phase = |i: usize| Timing::of(runs.iter().map(|p| p[i]).collect(), None);
+        let phases_s = [0, 1, 2].map(|i| phase(i).median_s);
+        let totals = runs.iter().map(|p| p.iter().sum()).collect();
+        let timing = Timing::of(totals, peak_bytes);
+        let w = self.workload;
+        TrainRow {
+            workload: w.name.into(),
+            mixer: self.mixer.name().into(),
+            batch: w.batch,
+            context: w.context,
+            vocab: w.vocab,
+            parameters: self.parameters,
+            fused: self.fused,
+            steps_per_s: 1.0 / timing.median_s,
+            tokens_per_s: (w.batch * w.context) as f64 / timing.median_s,
+            phases_s,
+            timing,
+            launches: self.launches,
+        }
+    }
 }
 
 impl Bench {
@@ -216,6 +239,41 @@ impl Bench {
         quick: bool,
     ) -> Result<Vec<TrainRow>> {
         let autodiff = self.device.clone().autodiff();
+        let mut cases = self.cases(mixers, workloads, composed, &autodiff);
+        let mut reps = Vec::with_capacity(cases.len());
+        for case in &mut cases {
+            eprintln!(
+                "train {} {} {} warm-up",
+                case.workload.name,
+                case.mixer.name(),
+                if case.fused { "fused" } else { "composed" }
+            );
+            case.step(&autodiff)?;
+            // The second step: the first also launches autotune's candidates.
+            let (warm, launches) = launches::count(&autodiff, || case.step(&autodiff));
+            let warm = warm?.0.iter().sum();
+            case.launches = launches;
+            reps.push(if quick { 3 } else { repetitions(warm) });
+        }
+        let measured = in_rounds("train steps", &reps, |c| cases[c].step(&autodiff))?;
+        hla_model::fused::set_enabled(true);
+        Ok(cases
+            .iter()
+            .zip(measured)
+            .map(|(case, (runs, peak))| case.row(&runs, self.host_memory.then_some(peak)))
+            .collect())
+    }
+
+    /// The cases of `mixers` (empty: all) on `workloads` (empty: all), on the autodiff
+    /// device `autodiff`, each fused where it has kernels, and also composed with
+    /// `composed`.
+    fn cases(
+        &self,
+        mixers: &[MixerKind],
+        workloads: &[String],
+        composed: bool,
+        autodiff: &Device,
+    ) -> Vec<Case> {
         let all: Vec<MixerKind> = MixerKind::NAMES
             .iter()
             .map(|name| name.parse().expect("a mixer's own name"))
@@ -237,67 +295,13 @@ impl Bench {
                         workload,
                         mixer,
                         fused,
-                        &autodiff,
+                        autodiff,
                         cases.len() as u64,
                     ));
                 }
             }
         }
-        let mut reps = Vec::with_capacity(cases.len());
-        for case in &mut cases {
-            eprintln!(
-                "train {} {} {} warm-up",
-                case.workload.name,
-                case.mixer.name(),
-                if case.fused { "fused" } else { "composed" }
-            );
-            case.step(&autodiff)?;
-            // The second step: the first also launches autotune's candidates.
-            let (warm, launches) = launches::count(&autodiff, || case.step(&autodiff));
-            let warm = warm?.0.iter().sum();
-            case.launches = launches;
-            reps.push(if quick { 3 } else { repetitions(warm) });
-        }
-        let rounds = reps.iter().copied().max().unwrap_or(0);
-        let mut runs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); cases.len()];
-        let mut peaks = vec![0; cases.len()];
-        for round in 0..rounds {
-            eprintln!("train steps: round {} of {rounds}", round + 1);
-            for (c, case) in cases.iter_mut().enumerate() {
-                if round < reps[c] {
-                    let (phases, peak) = case.step(&autodiff)?;
-                    runs[c].push(phases);
-                    peaks[c] = peaks[c].max(peak);
-                }
-            }
-        }
-        hla_model::fused::set_enabled(true);
-        Ok(cases
-            .iter()
-            .zip(runs)
-            .zip(peaks)
-            .map(|((case, runs), peak)| {
-                let phase = |i: usize| Timing::of(runs.iter().map(|p| p[i]).collect(), None);
-                let phases_s = [0, 1, 2].map(|i| phase(i).median_s);
-                let totals = runs.iter().map(|p| p.iter().sum()).collect();
-                let timing = Timing::of(totals, self.host_memory.then_some(peak));
-                let w = case.workload;
-                TrainRow {
-                    workload: w.name.into(),
-                    mixer: case.mixer.name().into(),
-                    batch: w.batch,
-                    context: w.context,
-                    vocab: w.vocab,
-                    parameters: case.parameters,
-                    fused: case.fused,
-                    steps_per_s: 1.0 / timing.median_s,
-                    tokens_per_s: (w.batch * w.context) as f64 / timing.median_s,
-                    phases_s,
-                    timing,
-                    launches: case.launches,
-                }
-            })
-            .collect())
+        cases
     }
 }
 

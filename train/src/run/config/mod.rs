@@ -10,6 +10,8 @@ use hla_data::config::{DataConfig, Task};
 use hla_model::lm::{DecayKind, FeatureMap, MixerKind, MlpKind, NormKind, Positions};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::usage::UsageError;
+
 mod model;
 mod train;
 
@@ -97,31 +99,21 @@ impl RunConfig {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("the config serialises")
     }
-}
 
-/// A mistake in how the command was called or configured (exit status 2), as opposed to
-/// a failure while running (exit status 1).
-#[derive(Debug)]
-pub struct UsageError(anyhow::Error);
-
-impl From<anyhow::Error> for UsageError {
-    fn from(error: anyhow::Error) -> Self {
-        Self(error)
+    /// This config with `train.devices` set from the command line (`--device` or
+    /// `--devices`), checked again (the batch must split evenly between the devices).
+    pub fn with_devices(mut self, device: Option<&str>, devices: &[String]) -> Result<Self> {
+        let names = match device {
+            Some(device) => vec![device.to_string()],
+            None => devices.to_vec(),
+        };
+        if !names.is_empty() {
+            self.train.devices = names;
+            self.validate().map_err(UsageError::from)?;
+        }
+        Ok(self)
     }
 }
-
-/// `message` as a usage error.
-pub fn usage(message: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(anyhow::Error::msg(message.to_string())).into()
-}
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
 
 /// serde's message for a value that is not a size, in words.
 fn plain(message: &str) -> String {

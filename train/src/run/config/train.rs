@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::by_name;
-use crate::device::Spec;
+use crate::run::devices::{self, Spec};
 
 /// `[train]`: optimisation, evaluation, checkpoints and devices (defaults: nanoGPT's CPU
 /// run on one device).
@@ -186,5 +186,26 @@ impl TrainSection {
     /// Examples each device computes per batch.
     pub fn batch_per_device(&self) -> usize {
         self.batch_size / self.devices.len().max(1)
+    }
+
+    /// How `hla info` and the start of a run describe the devices and the batch.
+    pub fn describe_devices(&self) -> String {
+        let names = &self.devices;
+        let n = names.len().max(1);
+        let per_step = self.batch_size * self.grad_accumulation;
+        if n == 1 {
+            let device = names.first().map_or(devices::default_name(), |d| d);
+            return format!(
+                "{device}: batch {}, {per_step} examples per optimiser step",
+                self.batch_size
+            );
+        }
+        format!(
+            "{} ({}): batch {} = {n} × {} per device, {per_step} examples per optimiser step",
+            names.join(", "),
+            self.strategy.name(),
+            self.batch_size,
+            self.batch_per_device(),
+        )
     }
 }

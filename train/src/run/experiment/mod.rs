@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
-use crate::config::UsageError;
+use crate::run::usage::UsageError;
 use sweep::Sweep;
 
 mod sweep;

@@ -157,7 +157,7 @@ fn shipped_experiments_are_valid() {
         let experiment =
             Experiment::load(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
         for run in &experiment.runs {
-            crate::config::RunConfig::load(&run.config, &run.set)
+            crate::run::config::RunConfig::load(&run.config, &run.set)
                 .unwrap_or_else(|e| panic!("{}: {}: {e:#}", path.display(), run.name));
         }
         count += 1;

@@ -12,7 +12,7 @@ use hla_model::lm::{
 };
 use serde_json::{Value, json};
 
-use crate::config::RunConfig;
+use crate::run::config::RunConfig;
 
 /// The version of the format; a change that breaks readers raises it.
 pub const VERSION: u32 = 1;

@@ -1,6 +1,6 @@
-//! `hla export`: the trained weights for use elsewhere, with a self-describing `config.json`
-//! ([`describe`], format in `FORMAT.md`), the tokenizer and a manifest of parameter names
-//! and shapes.
+//! The export of a trained run (`hla export`): the weights for use elsewhere, with a
+//! self-describing `config.json` ([`describe`], format in `FORMAT.md`), the tokenizer and a
+//! manifest of parameter names and shapes.
 
 mod describe;
 
@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use burn::store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
-use hla_data::tokenizer::Tokenizer;
+use hla_model::lm::Lm;
 
-use crate::data::Data;
-use crate::run_dir::RunDir;
+use super::config::RunConfig;
+use super::run_dir::RunDir;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -21,64 +21,27 @@ pub enum Format {
     Burnpack,
 }
 
-#[derive(clap::Args, Debug)]
-pub struct Args {
-    /// The run directory.
-    #[arg(long)]
-    run: PathBuf,
-    #[arg(long, value_enum, default_value_t = Format::Safetensors)]
+/// Writes the export of `run` (trained with `config`, its model `lm` of `vocab_size`
+/// tokens) into `out`, the weights in `format`; returns the number of tensors.
+pub fn write(
+    run: &RunDir,
+    config: &RunConfig,
+    lm: &Lm,
+    vocab_size: usize,
+    out: &Path,
     format: Format,
-    /// Where to write the export.
-    #[arg(long)]
-    out: PathBuf,
-}
-
-pub fn run(args: &Args) -> Result<()> {
-    let run = RunDir::new(&args.run);
-    let config = run.load_config(&[])?;
-    let vocab_size = if run.tokenizer().exists() {
-        Tokenizer::load(&run.tokenizer())?.vocab_size()
-    } else {
-        Data::load(&config)?.vocab_size()
-    };
-    let device = crate::device::parse(crate::device::default_name())?;
-    let lm = run.load_model(&config, vocab_size, &device)?;
-    if args.out.join("manifest.json").exists() {
-        return Err(crate::config::usage(format!(
-            "{} already holds an export; choose another --out",
-            args.out.display()
-        )));
-    }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
-
-    let weights = match args.format {
-        Format::Safetensors => {
-            let path = args.out.join("model.safetensors");
-            let mut store = SafetensorsStore::from_file(&path)
-                .metadata("format", "hla")
-                .metadata("mixer", config.model.mixer.name());
-            lm.save_into(&mut store)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            path
-        }
-        Format::Burnpack => {
-            let path = args.out.join("model.bpk");
-            let mut store = BurnpackStore::from_file(&path).metadata("format", "hla");
-            lm.save_into(&mut store)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            path
-        }
-    };
-    let description = describe::describe(&config, vocab_size)?;
+) -> Result<usize> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let weights = write_weights(config, lm, out, format)?;
+    let description = describe::describe(config, vocab_size)?;
     std::fs::write(
-        args.out.join("config.json"),
+        out.join("config.json"),
         serde_json::to_string_pretty(&description)?,
     )
     .context("cannot write config.json")?;
-    let mut files = vec![weights.clone(), args.out.join("config.json")];
+    let mut files = vec![weights.clone(), out.join("config.json")];
     if run.tokenizer().exists() {
-        let tokenizer = args.out.join("tokenizer.json");
+        let tokenizer = out.join("tokenizer.json");
         std::fs::copy(run.tokenizer(), &tokenizer).context("cannot copy the tokenizer")?;
         files.push(tokenizer);
     }
@@ -94,19 +57,36 @@ pub fn run(args: &Args) -> Result<()> {
         "parameters": parameters,
     });
     std::fs::write(
-        args.out.join("manifest.json"),
+        out.join("manifest.json"),
         serde_json::to_string_pretty(&manifest)?,
     )?;
-    files.push(args.out.join("manifest.json"));
+    files.push(out.join("manifest.json"));
     for file in &files {
         readable_by_all(file)?;
     }
-    println!(
-        "exported {} tensors to {}",
-        parameters.len(),
-        args.out.display()
-    );
-    Ok(())
+    Ok(parameters.len())
+}
+
+/// Writes the weights into `out` in `format`; returns their file.
+fn write_weights(config: &RunConfig, lm: &Lm, out: &Path, format: Format) -> Result<PathBuf> {
+    match format {
+        Format::Safetensors => {
+            let path = out.join("model.safetensors");
+            let mut store = SafetensorsStore::from_file(&path)
+                .metadata("format", "hla")
+                .metadata("mixer", config.model.mixer.name());
+            lm.save_into(&mut store)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(path)
+        }
+        Format::Burnpack => {
+            let path = out.join("model.bpk");
+            let mut store = BurnpackStore::from_file(&path).metadata("format", "hla");
+            lm.save_into(&mut store)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(path)
+        }
+    }
 }
 
 /// Mode 0644: Burn's stores create their files readable by the owner only.

@@ -12,8 +12,8 @@ use anyhow::{Context, Result};
 use hla_data::config::Task;
 use serde::Deserialize;
 
-use crate::experiment::{Experiment, Metric, PlannedRun};
-use crate::run_dir::{RunDir, write_atomic};
+use crate::run::experiment::{Experiment, Metric, PlannedRun};
+use crate::run::run_dir::{RunDir, write_atomic};
 
 /// One finished run.
 #[derive(Debug, Clone)]

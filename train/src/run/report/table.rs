@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Mean, Row, Stat, best_of_groups, means};
-use crate::experiment::{Experiment, Metric};
+use crate::run::experiment::{Experiment, Metric};
 
 /// A column of the tables: its header and how a row fills it (`None`: blank).
 struct Column {
@@ -281,7 +281,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::experiment::Results;
+    use crate::run::experiment::Results;
 
     fn row(name: &str, mean_group: &str, loss: f64) -> Row {
         Row {

@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError};
 
-use crate::run_dir::write_atomic;
-use crate::train::Failure;
+use super::failure::Failure;
+use crate::run::run_dir::write_atomic;
 
 /// A run's training time across its segments: the seconds recorded with the checkpoint it
 /// resumed from, and this process's own since it started training.

@@ -1,8 +1,9 @@
-//! `hla train`: burn-train's `SupervisedTraining` and `Learner` over a config's model and
-//! data, with checkpoints, resume, and a final validation by the recurrence.
+//! Training a run: burn-train's `SupervisedTraining` and `Learner` over a config's model
+//! and data, with checkpoints, resume, and a final validation by the recurrence
+//! ([`finish`](crate::run::finish)).
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use burn::module::{Module, ModuleVisitor, Param};
@@ -19,94 +20,26 @@ use burn::train::{
 };
 use hla_model::lm::Lm;
 
-use crate::checkpoint::{AtomicCheckpointer, TrainingClock};
-use crate::config::{RunConfig, usage};
-use crate::data::Data;
-use crate::metrics::{AccuracyMetric, PerplexityMetric};
-use crate::renderer::QuietRenderer;
-use crate::run_dir::{RunDir, write_atomic};
-use crate::trainee::{NanGuard, Trainee};
+use crate::run::config::RunConfig;
+use crate::run::data::Data;
+use crate::run::devices;
+use crate::run::finish::{self, Finished};
+use crate::run::run_dir::{RunDir, write_atomic};
+use crate::run::usage::usage;
+use checkpoint::{AtomicCheckpointer, TrainingClock};
+use failure::Failure;
+use metrics::{AccuracyMetric, PerplexityMetric};
+use renderer::QuietRenderer;
+use trainee::{NanGuard, Trainee};
 
-mod finish;
-mod optim;
+mod checkpoint;
+mod failure;
+mod metrics;
+pub mod optim;
 mod parallel;
+mod renderer;
+pub mod trainee;
 mod writers;
-
-pub use optim::optimizer;
-pub use parallel::describe as describe_devices;
-pub use writers::Failure;
-
-#[derive(clap::Args, Debug)]
-pub struct Args {
-    /// The run's config file (with --resume, the run's own config is used, with --set
-    /// overrides applied).
-    #[arg(long, required_unless_present = "resume")]
-    config: Option<PathBuf>,
-    /// Override a config value, e.g. `--set train.lr=3e-4` (repeatable).
-    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
-    overrides: Vec<String>,
-    /// Compute device: flex (default), ndarray, wgpu[:N] or cuda[:N] (if compiled in);
-    /// sets train.devices to this one device.
-    #[arg(long, conflicts_with = "devices")]
-    device: Option<String>,
-    /// Train data-parallel on several devices, e.g. `cuda:0,cuda:1` or `flex,flex`;
-    /// sets train.devices (each batch is split evenly between them).
-    #[arg(long, value_delimiter = ',', num_args = 1..)]
-    devices: Vec<String>,
-    /// The run directory (default: runs/<config name>).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Continue the run in --out from its last checkpoint.
-    #[arg(long)]
-    resume: bool,
-    /// Start over in an existing run directory.
-    #[arg(long, conflicts_with = "resume")]
-    force: bool,
-}
-
-pub fn run(args: &Args) -> Result<()> {
-    let out = match (&args.out, &args.config) {
-        (Some(out), _) => out.clone(),
-        (None, Some(config)) => PathBuf::from("runs").join(config.file_stem().unwrap_or_default()),
-        (None, None) => return Err(usage("--resume needs --out (the run directory)")),
-    };
-    let config = if args.resume {
-        // The run's own config, with any overrides (e.g. more steps).
-        RunDir::new(&out).load_config(&args.overrides)?
-    } else {
-        let path = args
-            .config
-            .as_ref()
-            .expect("clap requires --config without --resume");
-        RunConfig::load(path, &args.overrides)?
-    };
-    let config = with_devices(config, args.device.as_deref(), &args.devices)?;
-    train(&Job {
-        config: &config,
-        out: &out,
-        resume: args.resume,
-        force: args.force,
-        standalone: true,
-    })
-}
-
-/// `config` with `train.devices` set from the command line (`--device` or `--devices`),
-/// checked again (the batch must split evenly between the devices).
-pub fn with_devices(
-    mut config: RunConfig,
-    device: Option<&str>,
-    devices: &[String],
-) -> Result<RunConfig> {
-    let names = match device {
-        Some(device) => vec![device.to_string()],
-        None => devices.to_vec(),
-    };
-    if !names.is_empty() {
-        config.train.devices = names;
-        config.validate().map_err(crate::config::UsageError::from)?;
-    }
-    Ok(config)
-}
 
 /// One training run, as `hla train` and `hla compare` start it, on the devices of its
 /// config (`train.devices`).
@@ -126,7 +59,7 @@ pub struct Job<'a> {
 pub fn train(job: &Job) -> Result<()> {
     let (config, out) = (job.config, job.out);
     let t = &config.train;
-    let devices = crate::device::parse_all(&t.devices)?;
+    let devices = devices::parse_all(&t.devices)?;
     let run = RunDir::new(out);
     let _lock = run.lock()?;
     claim(&run, job)?;
@@ -181,12 +114,12 @@ pub fn train(job: &Job) -> Result<()> {
         Some(total) => (total, t.steps),
         None => (clock.own(), t.steps.saturating_sub(first_step)),
     };
-    let finished = finish::Finished {
+    let finished = Finished {
         lm: result.model.lm,
         seconds,
         steps_timed,
     };
-    finish::finish(job, &devices[0], &run, &data, finished)
+    finish::finish(config, &run, &devices[0], &data, finished)
 }
 
 /// The error of a run that stopped before its last step: a writer's failure (a full disk)
@@ -240,7 +173,7 @@ fn init_lm(job: &Job, device: &Device, data: &Data) -> Lm {
     autodiff.seed(t.seed);
     let lm = config.model.lm_config(data.vocab_size()).init(&autodiff);
     let on = if t.devices.len() > 1 {
-        parallel::describe(t)
+        t.describe_devices()
     } else {
         format!("{device:?}")
     };

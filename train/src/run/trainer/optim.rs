@@ -11,7 +11,7 @@ use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use hla_model::optim::AdamW;
 
-use crate::config::{RunConfig, TrainSection};
+use crate::run::config::{RunConfig, TrainSection};
 
 /// AdamW with weight decay on matrices only (norm gains and other vectors are not decayed,
 /// as nanoGPT), each parameter's gradient clipped to the `grad_clip` norm first: Burn's

@@ -6,7 +6,7 @@ use burn::prelude::*;
 use burn::tensor::distributed::{DistributedConfig, ReduceOperation};
 use burn::train::{ExecutionStrategy, MultiDeviceOptim};
 
-use crate::config::{Strategy, TrainSection};
+use crate::run::config::{Strategy, TrainSection};
 
 /// Batches whose gradients burn-train adds up into one optimiser step: the accumulated
 /// batches times one per device (`multi` sums them on the main device; `ddp` is asked to
@@ -32,25 +32,4 @@ pub fn execution(devices: &[Device], strategy: Strategy) -> Option<ExecutionStra
             },
         ),
     })
-}
-
-/// How `hla info` and the start of a run describe the devices and the batch.
-pub fn describe(t: &TrainSection) -> String {
-    let names = &t.devices;
-    let n = names.len().max(1);
-    let per_step = t.batch_size * t.grad_accumulation;
-    if n == 1 {
-        let device = names.first().map_or(crate::device::default_name(), |d| d);
-        return format!(
-            "{device}: batch {}, {per_step} examples per optimiser step",
-            t.batch_size
-        );
-    }
-    format!(
-        "{} ({}): batch {} = {n} × {} per device, {per_step} examples per optimiser step",
-        names.join(", "),
-        t.strategy.name(),
-        t.batch_size,
-        t.batch_per_device(),
-    )
 }

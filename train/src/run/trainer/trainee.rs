@@ -10,7 +10,7 @@ use burn::train::{InferenceStep, Interrupter, TrainOutput, TrainStep};
 use hla_data::batch::LmBatch;
 use hla_model::lm::Lm;
 
-use crate::metrics::TokenCounts;
+use super::metrics::TokenCounts;
 
 #[derive(Module, Debug)]
 pub struct Trainee {

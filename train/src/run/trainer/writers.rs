@@ -11,7 +11,6 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use burn::train::logger::MetricLogger;
@@ -21,9 +20,10 @@ use burn::train::{
     ApplicationLoggerInstaller, FileApplicationLoggerInstaller, Interrupter, SupervisedTraining,
 };
 
-use crate::checkpoint::{AtomicCheckpointer, TrainingClock};
-use crate::run_dir::RunDir;
-use crate::trainee::Trainee;
+use super::checkpoint::{AtomicCheckpointer, TrainingClock};
+use super::failure::Failure;
+use super::trainee::Trainee;
+use crate::run::run_dir::RunDir;
 
 /// `training` with this run's writers, whose failures go to `failure`.
 pub fn writers(
@@ -70,23 +70,6 @@ impl ApplicationLoggerInstaller for ApplicationLog {
         let installed = FileApplicationLoggerInstaller::new(&self.0).install();
         crate::output::exit_on_failed_prints();
         installed
-    }
-}
-
-/// The first failure of the writers that run inside burn-train (metric logs, checkpoints),
-/// which cannot return it: shared with them, read once training has stopped.
-#[derive(Clone, Default)]
-pub struct Failure(Arc<Mutex<Option<String>>>);
-
-impl Failure {
-    /// Records `message` unless a failure was recorded already (later ones follow from it).
-    pub fn record(&self, message: String) {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert(message);
-    }
-
-    pub fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
