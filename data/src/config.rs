@@ -5,11 +5,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
-use crate::cache;
 use crate::corpus::{self, sources::Sources};
 use crate::mqar::MqarConfig;
-use crate::prepare::{Settings, prepare_with};
-use crate::prepared::Prepared;
+use crate::prepared::{self, Prepared, Settings, prepare_with};
 use crate::tokenizer::TokenizerKind;
 
 /// Either a text corpus (`corpus`, `tokenizer`, `train_fraction`) or the MQAR task
@@ -94,7 +92,7 @@ impl DataConfig {
             text_field: self.text_field.clone(),
             train_fraction: self.train_fraction,
         };
-        let dir = cache::folder(cache_dir, &source, &settings);
+        let dir = prepared::folder(cache_dir, &source, &settings);
         prepare_with(&sources, &settings, &dir, force)
     }
 }

@@ -2,12 +2,10 @@
 //! memory map, the MQAR recall task, and the Burn datasets and batcher that feed training.
 
 pub mod batch;
-pub mod cache;
 pub mod config;
 pub mod corpus;
 mod error;
 pub mod mqar;
-pub mod prepare;
 pub mod prepared;
 pub mod tokenizer;
 pub mod windows;

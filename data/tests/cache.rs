@@ -4,10 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use hla_data::DataError;
-use hla_data::cache;
 use hla_data::corpus::sources::Sources;
-use hla_data::prepare::{Settings, prepare};
-use hla_data::prepared::Prepared;
+use hla_data::prepared::{self, Prepared, Settings, prepare};
 use hla_data::tokenizer::TokenizerKind;
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -35,7 +33,7 @@ fn settings(tokenizer: TokenizerKind) -> Settings {
 /// Prepares `source` into its cache folder under `cache_dir`, as `hla prepare` does.
 fn prep(source: &Path, cache_dir: &Path) -> Result<(Prepared, bool), DataError> {
     let settings = settings(TokenizerKind::Char);
-    let dir = cache::folder(cache_dir, source, &settings);
+    let dir = prepared::folder(cache_dir, source, &settings);
     prepare(&Sources::find(source)?, &settings, &dir)
 }
 
@@ -80,7 +78,7 @@ fn corpora_of_one_name_never_share_a_folder() {
 
     // Every setting is part of the key; the name stays readable.
     let base = settings(TokenizerKind::Char);
-    let folder = |s: &Settings| cache::folder(&cache_dir, &x, s);
+    let folder = |s: &Settings| prepared::folder(&cache_dir, &x, s);
     let others = [
         settings(TokenizerKind::Byte),
         Settings {
@@ -124,7 +122,7 @@ fn a_failed_preparation_leaves_the_earlier_one_alone() {
     let err = prep(&a, &cache_dir).err().unwrap();
     assert!(err.to_string().contains("is empty"), "{err}");
 
-    let dir = cache::folder(&cache_dir, &a, &settings(TokenizerKind::Char));
+    let dir = prepared::folder(&cache_dir, &a, &settings(TokenizerKind::Char));
     assert_eq!(files(&dir), before, "the good preparation is untouched");
     let mut left: Vec<String> = std::fs::read_dir(cache_dir.join("prepared"))
         .unwrap()
@@ -141,7 +139,7 @@ fn what_a_killed_preparation_left_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let (d, cache_dir) = (dir.path(), dir.path().join("cache"));
     let a = write(d, "a.txt", b"the cat sat");
-    let folder = cache::folder(&cache_dir, &a, &settings(TokenizerKind::Char));
+    let folder = prepared::folder(&cache_dir, &a, &settings(TokenizerKind::Char));
     let sibling = |suffix: &str| PathBuf::from(format!("{}{suffix}", folder.display()));
     // Killed while writing its temporary folder, and while swapping folders.
     write(&sibling(".part"), "tokens.bin", b"half");

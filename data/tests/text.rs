@@ -8,8 +8,7 @@ use burn::data::dataset::Dataset;
 use hla_data::DataError;
 use hla_data::corpus::sources::Sources;
 use hla_data::corpus::{self, NamedCorpus};
-use hla_data::prepare::{Settings, prepare};
-use hla_data::prepared::{Prepared, TokenFile};
+use hla_data::prepared::{Prepared, Settings, TokenFile, prepare};
 use hla_data::tokenizer::{Tokenizer, TokenizerKind};
 use hla_data::windows::{FullPass, RandomWindows};
 

@@ -2,7 +2,7 @@
 """A reference implementation of an `hla export` in NumPy, written from the export alone.
 
 It reads every fact from the export's config.json (tensor names, shapes, epsilons, the
-decay of each head, the order of operations; the format: train/src/export/FORMAT.md),
+decay of each head, the order of operations; the format: docs/export.md),
 loads model.safetensors and runs the model token by token with the serial recurrence
 (a KV cache for softmax attention), in float64.
 

@@ -1,33 +1,16 @@
 //! `hla`: train, evaluate and verify Higher-order Linear Attention models.
 
 mod alloc;
-mod bench;
-mod checkpoint;
-mod compare;
-mod config;
-mod data;
-mod device;
-mod eval;
-mod experiment;
-mod export;
-mod generate;
-mod info;
-mod metrics;
+mod cmd;
 mod output;
-mod plots;
-mod prepare;
-mod progress;
-mod renderer;
-mod report;
-mod run_dir;
-mod train;
-mod trainee;
-mod verify;
+mod run;
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use cmd::{bench, compare, eval, export, generate, info, prepare, train, verify};
+use run::usage::UsageError;
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -103,8 +86,8 @@ fn main() -> ExitCode {
             // Not `eprintln!`, which panics when stderr cannot be written.
             let _ = writeln!(std::io::stderr(), "error: {err:#}");
             // Usage and config mistakes exit with 2, as clap's own do; failures with 1.
-            if err.is::<config::UsageError>() { 2 } else { 1 }
+            if err.is::<UsageError>() { 2 } else { 1 }
         }
     };
-    device::exit(code)
+    output::exit(code)
 }

@@ -3,7 +3,6 @@
 //! downloaded there once (with a checksum) when it is missing.
 
 pub mod documents;
-mod parquet;
 pub mod sources;
 
 use std::io::{Read, Write};

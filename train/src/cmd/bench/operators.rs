@@ -1,0 +1,153 @@
+//! The operator section: time and memory of every operator against sequence length, and
+//! the chunked forms' achieved GFLOP/s.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hla_model::bench::{Operator, OperatorInputs};
+use hla_model::hla::Form;
+use serde::{Deserialize, Serialize};
+
+use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, in_rounds, repetitions, shape};
+use crate::alloc;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct OperatorRow {
+    pub(super) operator: String,
+    pub(super) time: usize,
+    pub(super) pass: String,
+    pub(super) tokens_per_s: f64,
+    pub(super) timing: Timing,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct EfficiencyRow {
+    pub(super) operator: String,
+    pub(super) time: usize,
+    pub(super) gflop: f64,
+    pub(super) gflops: f64,
+}
+
+/// An operator, the index of its length, with backward, fused.
+type Case = (Operator, usize, bool, bool);
+
+impl Bench {
+    /// Every operator, pass and length (with `composed`, those with a fused kernel also
+    /// without it): one warm-up each, then rounds that run every case still short of its
+    /// repetitions, so that the machine's slow spells spread over all cases (and both ends
+    /// of a ratio) instead of landing on a few.
+    pub(super) fn operators(
+        &self,
+        times: &[usize],
+        chunk: usize,
+        segment: usize,
+        composed: bool,
+    ) -> Result<Vec<OperatorRow>> {
+        let form = Form::passes(chunk, segment);
+        let autodiff = self.device.clone().autodiff();
+        let inputs: Vec<_> = times
+            .iter()
+            .map(|&time| {
+                let shape = shape(self.problem, time, chunk);
+                let x = OperatorInputs::random(&shape, &self.device);
+                (x, OperatorInputs::random(&shape, &autodiff))
+            })
+            .collect();
+        let cases = self.operator_cases(times, composed);
+        // Seconds and peak heap bytes of one call.
+        let once = |&(op, i, backward, fused): &Case| {
+            hla_model::backend::set_enabled(fused);
+            let (x, x_grad) = &inputs[i];
+            let base = alloc::reset_peak();
+            let start = Instant::now();
+            if backward {
+                drop(x_grad.forward_backward(op, form));
+            } else {
+                drop(x.forward(op, form));
+            }
+            self.device.sync().context("waiting for the device")?;
+            anyhow::Ok((start.elapsed().as_secs_f64(), alloc::peak() - base))
+        };
+        let mut reps = Vec::with_capacity(cases.len());
+        for case in &cases {
+            let kind = if case.3 { "" } else { " composed" };
+            eprintln!(
+                "operator {}{kind} T={} warm-up",
+                case.0.name(),
+                times[case.1]
+            );
+            reps.push(repetitions(once(case)?.0));
+        }
+        let measured = in_rounds("operators", &reps, |c| once(&cases[c]))?;
+        hla_model::backend::set_enabled(true);
+        Ok(cases
+            .iter()
+            .zip(measured)
+            .map(|(&(op, i, backward, fused), (runs, peak))| {
+                let pass = if backward {
+                    "forward+backward"
+                } else {
+                    "forward"
+                };
+                let timing = Timing::of(runs, self.host_memory.then_some(peak));
+                let name = if fused || !op.has_kernels(&self.device) {
+                    op.name().to_string()
+                } else {
+                    format!("{} composed", op.name())
+                };
+                let tokens_per_s = (self.problem.batch * times[i]) as f64 / timing.median_s;
+                OperatorRow {
+                    operator: name,
+                    time: times[i],
+                    pass: pass.into(),
+                    tokens_per_s,
+                    timing,
+                }
+            })
+            .collect())
+    }
+
+    /// Every operator, pass and length as (operator, index of the length, with backward,
+    /// fused); with `composed`, those with a fused kernel also without it.
+    fn operator_cases(&self, times: &[usize], composed: bool) -> Vec<Case> {
+        let mut cases = Vec::new();
+        for (i, &time) in times.iter().enumerate() {
+            for op in Operator::ALL {
+                let fused = op.has_kernels(&self.device);
+                let variants: &[bool] = if fused && composed {
+                    &[true, false]
+                } else {
+                    &[fused]
+                };
+                for &fused in variants {
+                    cases.push((op, i, false, fused));
+                    if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
+                        cases.push((op, i, true, fused));
+                    }
+                }
+            }
+        }
+        cases
+    }
+}
+
+/// Achieved GFLOP/s of the chunked forms' forward passes.
+pub(super) fn efficiency(
+    rows: &[OperatorRow],
+    chunk: usize,
+    problem: Problem,
+) -> Vec<EfficiencyRow> {
+    rows.iter()
+        .filter(|r| r.pass == "forward")
+        .filter_map(|r| {
+            let op = *Operator::ALL.iter().find(|op| op.name() == r.operator)?;
+            let gflop = op.chunked_flops(&shape(problem, r.time, chunk))? / 1e9;
+            Some(EfficiencyRow {
+                operator: r.operator.clone(),
+                time: r.time,
+                gflop,
+                gflops: gflop / r.timing.median_s,
+            })
+        })
+        .collect()
+}

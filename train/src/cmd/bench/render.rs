@@ -1,0 +1,271 @@
+//! The tables (`bench.md`) and the chart of a report.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use hla_model::bench::Operator;
+
+use super::decode::DecodeRow;
+use super::operators::OperatorRow;
+use super::{RECURRENT_BACKWARD_MAX, Report, SEGMENT_SWEEP_TIME, SWEEP_TIME, passes};
+use crate::run::plots::{self, Series};
+
+/// Median time against T, one line per operator and pass, log-log.
+pub(super) fn plot_times(dir: &std::path::Path, rows: &[OperatorRow]) -> Result<()> {
+    let mut series: Vec<Series> = Vec::new();
+    for r in rows {
+        let name = format!("{} {}", r.operator, r.pass);
+        let point = (r.time as f64, r.timing.median_s * 1e3);
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push(point),
+            None => series.push(Series {
+                name,
+                points: vec![point],
+            }),
+        }
+    }
+    let axes = ("sequence length T (log)", "median time, ms (log)");
+    plots::log_log(
+        dir,
+        "time-vs-T",
+        "time against sequence length",
+        axes,
+        &series,
+    )?;
+    Ok(())
+}
+
+/// The median time of `operator`'s `pass` at `time`.
+pub(super) fn median(report: &Report, operator: &str, pass: &str, time: usize) -> Option<f64> {
+    report
+        .operators
+        .iter()
+        .find(|r| r.operator == operator && r.pass == pass && r.time == time)
+        .map(|r| r.timing.median_s)
+}
+
+pub(super) fn render(report: &Report) -> String {
+    let mut md = String::new();
+    let passes = passes(report.segment);
+    let _ = writeln!(
+        md,
+        "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes})\n",
+        report.device, report.batch, report.heads, report.d, report.chunk
+    );
+    render_train(&mut md, report);
+    render_operators(&mut md, report);
+    render_decode(&mut md, report);
+    render_efficiency(&mut md, report);
+    render_sweep(&mut md, report);
+    md
+}
+
+fn render_train(md: &mut String, report: &Report) {
+    if report.train.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Training steps: forward, backward, clipping, AdamW (median ms per step and phase)\n\n\
+         | workload | mixer | B×T | vocab | parameters | kernels | ms/step | forward | backward | optimizer | steps/s | tokens/s | peak MiB | launches |\n\
+         |---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for r in &report.train {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {}×{} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {} | {} |",
+            r.workload,
+            r.mixer,
+            r.batch,
+            r.context,
+            r.vocab,
+            r.parameters,
+            if r.fused { "fused" } else { "composed" },
+            r.timing.median_s * 1e3,
+            r.phases_s[0] * 1e3,
+            r.phases_s[1] * 1e3,
+            r.phases_s[2] * 1e3,
+            r.steps_per_s,
+            r.tokens_per_s,
+            mib(r.timing.peak_bytes),
+            r.launches.map_or("–".into(), |n| n.to_string())
+        );
+    }
+    let pairs: Vec<_> = report
+        .train
+        .iter()
+        .filter(|r| r.fused)
+        .filter_map(|f| {
+            let c = report
+                .train
+                .iter()
+                .find(|c| !c.fused && c.workload == f.workload && c.mixer == f.mixer)?;
+            Some((f, c))
+        })
+        .collect();
+    if !pairs.is_empty() {
+        let _ = writeln!(md, "\nFused kernels over composed forms, tokens/s:\n");
+    }
+    for (f, c) in pairs {
+        let ratio = f.tokens_per_s / c.tokens_per_s;
+        let _ = writeln!(md, "- {} {}: {ratio:.2}×", f.workload, f.mixer);
+    }
+    let _ = writeln!(md);
+}
+
+fn render_operators(md: &mut String, report: &Report) {
+    if report.operators.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Operators: median time (ms), tokens/s, peak heap\n\n\
+         | operator | pass | T | ms | tokens/s | peak MiB |\n|---|---|---:|---:|---:|---:|"
+    );
+    for r in &report.operators {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.2} | {:.0} | {} |",
+            r.operator,
+            r.pass,
+            r.time,
+            r.timing.median_s * 1e3,
+            r.tokens_per_s,
+            mib(r.timing.peak_bytes)
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nhla2-recurrent forward+backward is timed up to T={RECURRENT_BACKWARD_MAX} only: \
+         its backward pass grows quadratically with T (training uses the chunked form)."
+    );
+    let times: Vec<usize> = report
+        .operators
+        .iter()
+        .map(|r| r.time)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let (first, last) = (1024, *times.last().unwrap_or(&1024));
+    let _ = writeln!(
+        md,
+        "\nScaling, forward+backward time at T={last} over T={first} (linear: {}):\n",
+        last / first
+    );
+    for op in Operator::ALL {
+        let pass = "forward+backward";
+        if let (Some(a), Some(b)) = (
+            median(report, op.name(), pass, first),
+            median(report, op.name(), pass, last),
+        ) {
+            let _ = writeln!(md, "- {}: {:.2}", op.name(), b / a);
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nSoftmax over hla2-chunked, forward+backward time (> 1: HLA faster):\n"
+    );
+    for &t in &times {
+        let pass = "forward+backward";
+        if let (Some(s), Some(h)) = (
+            median(report, Operator::Softmax.name(), pass, t),
+            median(report, Operator::Hla2Chunked.name(), pass, t),
+        ) {
+            let _ = writeln!(md, "- T={t}: {:.2}", s / h);
+        }
+    }
+}
+
+fn render_decode(md: &mut String, report: &Report) {
+    if report.decode.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Decoding: `Lm::step` latency (d_model 128, 4 layers)\n\n\
+         | mixer | position | µs/token | state bytes |\n|---|---:|---:|---:|"
+    );
+    for r in &report.decode {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.0} | {} |",
+            r.mixer,
+            r.position,
+            r.timing.median_s * 1e6,
+            r.state_bytes
+        );
+    }
+    let _ = writeln!(md, "\nLatency at the last position over position 64:\n");
+    for mixer in ["hla2", "linear", "softmax"] {
+        let rows: Vec<&DecodeRow> = report.decode.iter().filter(|r| r.mixer == mixer).collect();
+        if let (Some(a), Some(b)) = (rows.first(), rows.last()) {
+            let _ = writeln!(
+                md,
+                "- {mixer}: {:.2} (state {} → {} bytes)",
+                b.timing.median_s / a.timing.median_s,
+                a.state_bytes,
+                b.state_bytes
+            );
+        }
+    }
+}
+
+fn render_efficiency(md: &mut String, report: &Report) {
+    if report.efficiency.is_empty() && report.matmul.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Efficiency: chunked forward GFLOP/s (matmul FLOPs of spec §5)"
+    );
+    if !report.efficiency.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n| operator | T | GFLOP | GFLOP/s |\n|---|---:|---:|---:|"
+        );
+    }
+    for r in &report.efficiency {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.3} | {:.1} |",
+            r.operator, r.time, r.gflop, r.gflops
+        );
+    }
+    if !report.matmul.is_empty() {
+        let _ = writeln!(md, "\nPlain matmuls on the same device:\n");
+    }
+    for m in &report.matmul {
+        let _ = writeln!(md, "- {}: {:.1} GFLOP/s", m.name, m.gflops);
+    }
+}
+
+fn render_sweep(md: &mut String, report: &Report) {
+    let sweeps = [
+        ("chunk", SWEEP_TIME, &report.chunk_sweep),
+        ("segment", SEGMENT_SWEEP_TIME, &report.segment_sweep),
+    ];
+    for (name, time, rows) in sweeps {
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "\n## {name} size sweep: hla2-chunked at T={time} (ms)\n\n\
+             | chunk | passes | forward | forward+backward |\n|---:|---|---:|---:|"
+        );
+        for pair in rows.chunks(2) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2} | {:.2} |",
+                pair[0].chunk,
+                passes(pair[0].segment),
+                pair[0].timing.median_s * 1e3,
+                pair[1].timing.median_s * 1e3
+            );
+        }
+    }
+}
+
+pub(super) fn mib(bytes: Option<usize>) -> String {
+    bytes.map_or("n/a".into(), |b| format!("{:.1}", b as f64 / 1048576.0))
+}

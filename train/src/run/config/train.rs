@@ -1,0 +1,211 @@
+//! `[train]`: optimisation, evaluation, checkpoints and devices of a run config.
+
+use std::str::FromStr;
+
+use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::by_name;
+use crate::run::devices::{self, Spec};
+
+/// `[train]`: optimisation, evaluation, checkpoints and devices (defaults: nanoGPT's CPU
+/// run on one device).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// Tokens per training window (text); MQAR uses its own lengths.
+    pub context: usize,
+    /// Examples per batch, over all devices together (each takes an equal share).
+    pub batch_size: usize,
+    /// Optimiser steps.
+    pub steps: usize,
+    pub lr: f64,
+    pub min_lr: f64,
+    pub warmup_steps: usize,
+    /// AdamW weight decay, applied to matrices only.
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    /// Gradient-norm clip; 0 turns it off.
+    pub grad_clip: f64,
+    /// Batches per optimiser step; the gradient is their mean.
+    pub grad_accumulation: usize,
+    /// Steps between validations, each followed by a checkpoint.
+    pub eval_interval: usize,
+    /// Batches of nanoGPT's random-window validation estimate.
+    pub eval_batches: usize,
+    /// Checkpoints kept besides the best (at least the last, to resume from).
+    pub keep_checkpoints: usize,
+    /// Stop after this many validations without improvement; 0 never stops early.
+    pub early_stopping: usize,
+    pub seed: u64,
+    /// Devices to train on, e.g. `["cuda:0", "cuda:1"]`; empty: the command's `--device`.
+    /// With several, each batch is split evenly between them (data parallel).
+    pub devices: Vec<String>,
+    /// How several devices train together.
+    #[serde(with = "by_name")]
+    pub strategy: Strategy,
+}
+
+/// burn-train's execution strategy for several devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// One model; each device computes the gradient of its share, the first device adds
+    /// them up and steps the optimiser (`ExecutionStrategy::multi`, any backend).
+    Multi,
+    /// A model per device, gradients all-reduced between them (`ExecutionStrategy::ddp`,
+    /// NCCL: CUDA devices only).
+    Ddp,
+}
+
+impl Strategy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Multi => "multi",
+            Self::Ddp => "ddp",
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "multi" => Ok(Self::Multi),
+            "ddp" => Ok(Self::Ddp),
+            other => Err(format!("{other:?} is not one of multi, ddp")),
+        }
+    }
+}
+
+impl Default for TrainSection {
+    fn default() -> Self {
+        Self {
+            context: 64,
+            batch_size: 12,
+            steps: 2000,
+            lr: 1e-3,
+            min_lr: 1e-4,
+            warmup_steps: 100,
+            weight_decay: 0.1,
+            beta1: 0.9,
+            beta2: 0.99,
+            grad_clip: 1.0,
+            grad_accumulation: 1,
+            eval_interval: 250,
+            eval_batches: 20,
+            keep_checkpoints: 2,
+            early_stopping: 0,
+            seed: 1337,
+            devices: Vec::new(),
+            strategy: Strategy::Multi,
+        }
+    }
+}
+
+impl TrainSection {
+    /// Every check of the section that needs neither the data nor the devices.
+    pub fn validate(&self) -> Result<()> {
+        let positive = |key: &str, value: f64| -> Result<()> {
+            if !(value.is_finite() && value > 0.0) {
+                bail!("train.{key} must be positive and finite, got {value}");
+            }
+            Ok(())
+        };
+        positive("lr", self.lr)?;
+        if !(self.min_lr.is_finite() && (0.0..=self.lr).contains(&self.min_lr)) {
+            bail!(
+                "train.min_lr must be between 0 and train.lr, got {}",
+                self.min_lr
+            );
+        }
+        for (key, value) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&value) {
+                bail!("train.{key} must be in [0, 1), got {value}");
+            }
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            bail!("train.weight_decay must be ≥ 0, got {}", self.weight_decay);
+        }
+        if !(self.grad_clip.is_finite() && self.grad_clip >= 0.0) {
+            bail!(
+                "train.grad_clip must be ≥ 0 (0: off), got {}",
+                self.grad_clip
+            );
+        }
+        for (key, value) in [
+            ("context", self.context),
+            ("batch_size", self.batch_size),
+            ("steps", self.steps),
+            ("grad_accumulation", self.grad_accumulation),
+            ("eval_interval", self.eval_interval),
+            ("eval_batches", self.eval_batches),
+            ("keep_checkpoints", self.keep_checkpoints),
+        ] {
+            if value == 0 {
+                bail!("train.{key} must be at least 1, got 0");
+            }
+        }
+        if !self.steps.is_multiple_of(self.eval_interval) {
+            bail!(
+                "train.steps ({}) must be a multiple of train.eval_interval ({}): training runs \
+                 in whole validation intervals",
+                self.steps,
+                self.eval_interval
+            );
+        }
+        self.validate_devices()
+    }
+
+    /// Device names, the even split of each batch, and what DDP needs.
+    fn validate_devices(&self) -> Result<()> {
+        let specs = self
+            .devices
+            .iter()
+            .map(|name| name.parse::<Spec>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("train.devices: {e}"))?;
+        let n = specs.len().max(1);
+        if !self.batch_size.is_multiple_of(n) {
+            bail!(
+                "train.batch_size ({}) must be a multiple of the number of devices ({n}): each \
+                 device takes an equal share of every batch",
+                self.batch_size
+            );
+        }
+        if self.strategy == Strategy::Ddp && !(n > 1 && specs.iter().all(Spec::is_cuda)) {
+            bail!(
+                "train.strategy = \"ddp\" needs several CUDA devices in train.devices (cuda:0, \
+                 cuda:1, …): Burn all-reduces gradients with NCCL; use \"multi\" on other devices"
+            );
+        }
+        Ok(())
+    }
+
+    /// Examples each device computes per batch.
+    pub fn batch_per_device(&self) -> usize {
+        self.batch_size / self.devices.len().max(1)
+    }
+
+    /// How `hla info` and the start of a run describe the devices and the batch.
+    pub fn describe_devices(&self) -> String {
+        let names = &self.devices;
+        let n = names.len().max(1);
+        let per_step = self.batch_size * self.grad_accumulation;
+        if n == 1 {
+            let device = names.first().map_or(devices::default_name(), |d| d);
+            return format!(
+                "{device}: batch {}, {per_step} examples per optimiser step",
+                self.batch_size
+            );
+        }
+        format!(
+            "{} ({}): batch {} = {n} × {} per device, {per_step} examples per optimiser step",
+            names.join(", "),
+            self.strategy.name(),
+            self.batch_size,
+            self.batch_per_device(),
+        )
+    }
+}
