@@ -68,7 +68,7 @@ pub struct Args {
     #[arg(long)]
     composed: bool,
     /// Operators, matmul and sweep sections: batch, heads and head width of the operator
-    /// problem, `B,H,D` (`d = dv`; default the issue-15 shape; e.g. `4,16,128` for
+    /// problem, `B,H,D` (`d = dv`; the default is the figures' shape so far; e.g. `4,16,128` for
     /// flash-linear-attention's published chunk_gla figure).
     #[arg(long, value_name = "B,H,D", default_value = "1,4,64", value_parser = parse_problem)]
     operator_shape: Problem,
