@@ -2,7 +2,7 @@
 //! attention, or softmax attention, behind the same projections, short convolution and
 //! output path, so that only the mixing rule differs between them. On CPU devices the
 //! default recipe of HLA and linear attention runs as CPU kernels from the projections on
-//! ([`tokens`]).
+//! ([`qkv`]).
 
 mod features;
 #[cfg(cpu_kernels)]
