@@ -1,8 +1,11 @@
 //! The language model's configuration: every option, its checks, and the model it builds.
 
+use std::str::FromStr;
+
 use burn::module::Initializer;
 use burn::nn::{DropoutConfig, EmbeddingConfig, LinearConfig};
 use burn::prelude::*;
+use burn::serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::block::Block;
 use super::{Lm, norm};
@@ -102,7 +105,7 @@ macro_rules! names {
             }
         }
 
-        impl std::str::FromStr for $ty {
+        impl FromStr for $ty {
             type Err = String;
 
             fn from_str(s: &str) -> Result<Self, String> {
@@ -112,7 +115,18 @@ macro_rules! names {
                 }
             }
         }
+
+        impl Named for $ty {
+            fn config_name(&self) -> &'static str {
+                self.name()
+            }
+        }
     };
+}
+
+/// The enums of [`LmConfig`] by their names in config files.
+trait Named: FromStr<Err = String> {
+    fn config_name(&self) -> &'static str;
 }
 
 names!(MixerKind { Hla2 => "hla2", Hla3 => "hla3", Ahla => "ahla", Linear => "linear", Softmax => "softmax" });
@@ -126,22 +140,42 @@ names!(NormKind { Rms => "rms", Layer => "layer" });
 /// tiny-shakespeare here (experiments/shakespeare-char-full): fixed multi-scale decay at
 /// b = 0.5, short convolution, and per mixer either L2 q/k with a per-head output RMSNorm
 /// (hla2; linear attention with elu + 1) or the ratio normalisation (hla3, AHLA).
-#[derive(Config, Debug)]
+///
+/// Two serde forms. Its `Serialize` and `Deserialize` (Burn's `Config`) write every field,
+/// the enums by their Rust names (`"Hla2"`). The associated functions
+/// `LmConfig::serialize` and `LmConfig::deserialize` (`#[serde(with = "LmConfig")]`) are
+/// the `[model]` section of a config file: every key but `vocab_size` (which comes from
+/// the data), each optional with its default, the enums by their names in config files
+/// (`"hla2"`), unset options left out, unknown keys rejected; messages call it
+/// `ModelSection`.
+#[derive(Config, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(
+    crate = "burn::serde",
+    remote = "Self",
+    expecting = "struct ModelSection",
+    deny_unknown_fields,
+    default
+)]
 pub struct LmConfig {
+    /// Not a key of the `[model]` section: the vocabulary comes from the data.
+    #[serde(skip)]
     pub vocab_size: usize,
+    #[config(default = "MixerKind::Hla2")]
+    #[serde(with = "by_name")]
+    pub mixer: MixerKind,
     #[config(default = 128)]
     pub d_model: usize,
     #[config(default = 4)]
     pub n_layers: usize,
     #[config(default = 4)]
     pub n_heads: usize,
-    #[config(default = "MixerKind::Hla2")]
-    pub mixer: MixerKind,
     /// `None`: the mixer's default (elu + 1 for linear attention and wherever the masked
     /// denominator is on, which needs nonnegative features; L2 for HLA otherwise).
     #[config(default = "None")]
+    #[serde(with = "by_name_opt", skip_serializing_if = "Option::is_none")]
     pub feature_map: Option<FeatureMap>,
     #[config(default = "DecayKind::Fixed")]
+    #[serde(with = "by_name")]
     pub decay: DecayKind,
     /// `b` of the fixed decay `γ_h = 1 − 2^(−b−h)`: head `h` forgets on a scale of about
     /// `2^(b+h)` tokens. The default 0.5 trained best of b ∈ {0.5, 1, 2, 3, 5} for every
@@ -155,6 +189,7 @@ pub struct LmConfig {
     /// The per-head output RMSNorm of HLA and linear attention; `None`: on unless the
     /// output is divided by the masked denominator (`normalize`).
     #[config(default = "None")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub output_norm: Option<bool>,
     #[config(default = false)]
     pub output_gate: bool,
@@ -166,6 +201,7 @@ pub struct LmConfig {
     /// jumps where it does (docs/math.md §9). `None`: the mixer's default, on for HLA and linear
     /// attention (see [`ratio_by_default`](Self::ratio_by_default)).
     #[config(default = "None")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub normalize: Option<bool>,
     #[config(default = 64)]
     pub chunk_size: usize,
@@ -178,14 +214,17 @@ pub struct LmConfig {
     #[config(default = true)]
     pub mlp: bool,
     #[config(default = "MlpKind::Swiglu")]
+    #[serde(with = "by_name")]
     pub mlp_kind: MlpKind,
     /// Hidden width of the MLP; 0: 8/3 of d_model rounded up to a multiple of 16 (SwiGLU),
     /// 4·d_model (GELU).
     #[config(default = 0)]
     pub d_ff: usize,
     #[config(default = "NormKind::Rms")]
+    #[serde(with = "by_name")]
     pub norm: NormKind,
     #[config(default = "Positions::Rope")]
+    #[serde(with = "by_name")]
     pub positions: Positions,
     #[config(default = 0.0)]
     pub dropout: f64,
@@ -197,6 +236,50 @@ pub struct LmConfig {
     /// Standard deviation of the initial weights (nanoGPT, fla: 0.02).
     #[config(default = 0.02)]
     pub init_std: f64,
+}
+
+impl Default for LmConfig {
+    /// Every default, `vocab_size` 0 (to be set from the data): what a `[model]` section
+    /// leaves out.
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+/// An enum of [`LmConfig`] by its name in config files.
+mod by_name {
+    use super::*;
+
+    pub fn serialize<S: Serializer, T: Named>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(value.config_name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Named>(d: D) -> Result<T, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(burn::serde::de::Error::custom)
+    }
+}
+
+/// An optional enum of [`LmConfig`] by its name in config files.
+mod by_name_opt {
+    use super::*;
+
+    pub fn serialize<S: Serializer, T: Named>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => s.serialize_str(v.config_name()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Named>(d: D) -> Result<Option<T>, D::Error> {
+        Some(
+            String::deserialize(d)?
+                .parse()
+                .map_err(burn::serde::de::Error::custom),
+        )
+        .transpose()
+    }
 }
 
 /// A configuration that cannot build a model.

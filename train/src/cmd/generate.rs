@@ -70,7 +70,7 @@ pub fn run(args: &Args) -> Result<()> {
     if prompt.is_empty() {
         return Err(usage("the prompt encodes to no tokens"));
     }
-    let lm_config = config.model.lm_config(tokenizer.vocab_size());
+    let lm_config = config.lm_config(tokenizer.vocab_size());
     if let Some(limit) = lm_config.position_limit()
         && prompt.len() + args.max_tokens > limit
     {

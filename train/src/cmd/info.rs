@@ -46,7 +46,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
         Task::Mqar(mqar) => mqar.vocab_size,
     };
-    let lm = config.model.lm_config(vocab_size);
+    let lm = config.lm_config(vocab_size);
     let model = lm.init(&devices::parse(devices::default_name())?);
     print!("{}", config.to_toml());
     println!();

@@ -160,7 +160,7 @@ impl RunDir {
                 path.display()
             );
         }
-        let model = config.model.lm_config(vocab_size).init(device);
+        let model = config.lm_config(vocab_size).init(device);
         model.try_load_file(&path).map_err(|e| {
             // A record of another architecture lists every mismatch; the first one tells.
             let reason = e.to_string();

@@ -10,13 +10,13 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::windows::LmItem;
-use hla_model::lm::{MixerKind, MlpKind, NormKind, Positions};
+use hla_model::lm::{LmConfig, MixerKind, MlpKind, NormKind, Positions};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::{Bench, Timing, in_rounds, launches};
 use crate::alloc;
-use crate::run::config::{ModelSection, TrainSection};
+use crate::run::config::TrainSection;
 use crate::run::trainer::trainee::{NanGuard, Trainee};
 
 /// A model and batch shape of the train section.
@@ -25,8 +25,8 @@ pub(super) struct Workload {
     pub(super) batch: usize,
     pub(super) context: usize,
     pub(super) vocab: usize,
-    /// The model of every mixer (the mixer is set per case).
-    model: fn() -> ModelSection,
+    /// The model of every mixer (the mixer and the vocabulary are set per case).
+    model: fn() -> LmConfig,
 }
 
 /// nanoGPT's CPU configuration (`configs/shakespeare-char-*.toml`), one sequence of 2048
@@ -38,14 +38,14 @@ pub(super) const WORKLOADS: [Workload; 4] = [
         batch: 12,
         context: 64,
         vocab: CHARS,
-        model: ModelSection::default,
+        model: LmConfig::default,
     },
     Workload {
         name: "long",
         batch: 1,
         context: 2048,
         vocab: CHARS,
-        model: ModelSection::default,
+        model: LmConfig::default,
     },
     Workload {
         name: "gpt2-small",
@@ -73,8 +73,8 @@ const GPT2_VOCAB: usize = 50257;
 
 /// GPT-2's block (the PyTorch cross-check's): learned positions for `context` tokens,
 /// LayerNorm, a 4× GELU MLP.
-fn gpt2_recipe(d_model: usize, n_layers: usize, n_heads: usize, context: usize) -> ModelSection {
-    ModelSection {
+fn gpt2_recipe(d_model: usize, n_layers: usize, n_heads: usize, context: usize) -> LmConfig {
+    LmConfig {
         d_model,
         n_layers,
         n_heads,
@@ -82,7 +82,7 @@ fn gpt2_recipe(d_model: usize, n_layers: usize, n_heads: usize, context: usize) 
         norm: NormKind::Layer,
         mlp_kind: MlpKind::Gelu,
         max_seq_len: context,
-        ..ModelSection::default()
+        ..LmConfig::default()
     }
 }
 
@@ -141,11 +141,12 @@ impl Case {
         device: &Device,
         seed: u64,
     ) -> Self {
-        let model = ModelSection {
+        let model = LmConfig {
+            vocab_size: workload.vocab,
             mixer,
             ..(workload.model)()
         };
-        let lm = model.lm_config(workload.vocab).init(device);
+        let lm = model.init(device);
         let trainee = Trainee {
             lm,
             guard: NanGuard::default(),
@@ -283,7 +284,7 @@ impl Bench {
         let wanted = |w: &Workload| workloads.is_empty() || workloads.iter().any(|n| n == w.name);
         for workload in WORKLOADS.iter().filter(|w| wanted(w)) {
             for &mixer in mixers {
-                let decay = (workload.model)().lm_config(workload.vocab).decay;
+                let decay = (workload.model)().decay;
                 let variants: &[bool] = match (mixer.has_kernels(decay, &self.device), composed) {
                     (true, true) => &[true, false],
                     (true, false) => &[true],

@@ -3,26 +3,25 @@
 //! message that names its key.
 
 use std::path::Path;
-use std::str::FromStr;
 
 use anyhow::{Context, Result, bail};
 use hla_data::config::{DataConfig, Task};
-use hla_model::lm::{DecayKind, FeatureMap, MixerKind, MlpKind, NormKind, Positions};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use hla_model::lm::{LmConfig, MixerKind};
+use serde::{Deserialize, Serialize};
 
 use super::usage::UsageError;
 
-mod model;
 mod train;
 
-pub use model::ModelSection;
 pub use train::{Strategy, TrainSection};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
-    #[serde(default)]
-    pub model: ModelSection,
+    /// `[model]`: the language model in its config-file form (`LmConfig::deserialize`);
+    /// `vocab_size` stays 0 here, it comes from the data ([`RunConfig::lm_config`]).
+    #[serde(with = "LmConfig", default)]
+    pub model: LmConfig,
     pub data: DataConfig,
     #[serde(default)]
     pub train: TrainSection,
@@ -62,7 +61,7 @@ impl RunConfig {
         // Validation runs every eval_interval steps and at the end: a run shorter than
         // one interval validates at its end only.
         config.train.eval_interval = config.train.eval_interval.min(config.train.steps);
-        config.model.resolve_defaults();
+        resolve_defaults(&mut config.model);
         config.validate()?;
         Ok(config)
     }
@@ -70,13 +69,12 @@ impl RunConfig {
     /// Every check that does not need the data on disk.
     pub fn validate(&self) -> Result<()> {
         self.data.task()?;
-        self.model
-            .lm_config(1)
+        self.lm_config(1)
             .validate()
             .map_err(|e| anyhow::anyhow!("model.{e}"))?;
         self.train.validate()?;
         let longest = self.sequence_length()?;
-        if let Some(limit) = self.model.lm_config(1).position_limit()
+        if let Some(limit) = self.model.position_limit()
             && longest > limit
         {
             bail!(
@@ -96,6 +94,14 @@ impl RunConfig {
         })
     }
 
+    /// The model of this config with a vocabulary of `vocab_size` tokens.
+    pub fn lm_config(&self, vocab_size: usize) -> LmConfig {
+        LmConfig {
+            vocab_size,
+            ..self.model.clone()
+        }
+    }
+
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("the config serialises")
     }
@@ -112,6 +118,18 @@ impl RunConfig {
             self.validate().map_err(UsageError::from)?;
         }
         Ok(self)
+    }
+}
+
+/// Writes out the mixer's defaults of the keys whose default depends on the mixer
+/// (`feature_map`, `normalize`, `output_norm`), so that a recorded run says what it
+/// trained whatever later defaults become; softmax attention uses none of them and keeps
+/// its feature map unset.
+fn resolve_defaults(model: &mut LmConfig) {
+    model.normalize = Some(model.resolved_normalize());
+    model.output_norm = Some(model.resolved_output_norm());
+    if model.mixer != MixerKind::Softmax {
+        model.feature_map = Some(model.resolved_feature_map());
     }
 }
 
@@ -144,59 +162,6 @@ fn set(table: &mut toml::Table, assignment: &str) -> Result<()> {
     }
     at.insert(last.to_string(), value);
     Ok(())
-}
-
-/// Config enums by their lowercase names.
-trait Named: FromStr<Err = String> + Sized {
-    fn config_name(&self) -> &'static str;
-}
-
-macro_rules! named {
-    ($($ty:ty),+) => {
-        $(impl Named for $ty {
-            fn config_name(&self) -> &'static str {
-                self.name()
-            }
-        })+
-    };
-}
-
-named!(
-    MixerKind, FeatureMap, DecayKind, MlpKind, NormKind, Positions, Strategy
-);
-
-mod by_name {
-    use super::*;
-
-    pub fn serialize<S: Serializer, T: Named>(value: &T, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(value.config_name())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>, T: Named>(d: D) -> Result<T, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-mod by_name_opt {
-    use super::*;
-
-    pub fn serialize<S: Serializer, T: Named>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(v) => s.serialize_str(v.config_name()),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>, T: Named>(d: D) -> Result<Option<T>, D::Error> {
-        Some(
-            String::deserialize(d)?
-                .parse()
-                .map_err(serde::de::Error::custom),
-        )
-        .transpose()
-    }
 }
 
 #[cfg(test)]

@@ -1,3 +1,5 @@
+use hla_model::lm::{FeatureMap, LmConfig};
+
 use super::*;
 
 const FILE: &str = "[model]\nmixer = \"hla3\"\n\n[data]\ncorpus = \"tinyshakespeare\"\n";
@@ -18,7 +20,7 @@ fn mixer_dependent_defaults_are_written_out() {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         RunConfig::parse(FILE, &sets).unwrap().model
     };
-    let explicit = |m: &ModelSection| (m.feature_map, m.normalize, m.output_norm);
+    let explicit = |m: &LmConfig| (m.feature_map, m.normalize, m.output_norm);
     // Every linear-time mixer's default is the ratio normalisation: the denominator,
     // elu + 1, no output norm.
     let ratio = (Some(FeatureMap::EluPlusOne), Some(true), Some(false));

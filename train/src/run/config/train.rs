@@ -3,9 +3,8 @@
 use std::str::FromStr;
 
 use anyhow::{Result, bail};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::by_name;
 use crate::run::devices::{self, Spec};
 
 /// `[train]`: optimisation, evaluation, checkpoints and devices (defaults: nanoGPT's CPU
@@ -43,7 +42,6 @@ pub struct TrainSection {
     /// With several, each batch is split evenly between them (data parallel).
     pub devices: Vec<String>,
     /// How several devices train together.
-    #[serde(with = "by_name")]
     pub strategy: Strategy,
 }
 
@@ -76,6 +74,21 @@ impl FromStr for Strategy {
             "ddp" => Ok(Self::Ddp),
             other => Err(format!("{other:?} is not one of multi, ddp")),
         }
+    }
+}
+
+/// By its name in config files.
+impl Serialize for Strategy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Strategy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 

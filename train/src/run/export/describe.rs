@@ -19,12 +19,12 @@ pub const VERSION: u32 = 1;
 
 /// `config.json` for a run's model with `vocab_size` tokens.
 pub fn describe(config: &RunConfig, vocab_size: usize) -> anyhow::Result<Value> {
-    let lm = config.model.lm_config(vocab_size);
+    let lm = config.lm_config(vocab_size);
     Ok(json!({
         "format": "hla-export",
         "version": VERSION,
         "vocab_size": vocab_size,
-        "model": config.model,
+        "model": LmConfig::serialize(&config.model, serde_json::value::Serializer)?,
         "lm_config": serde_json::to_value(&lm)?,
         "architecture": architecture(&lm),
         "evaluation": evaluation(config)?,

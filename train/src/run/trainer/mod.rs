@@ -171,7 +171,7 @@ fn init_lm(job: &Job, device: &Device, data: &Data) -> Lm {
     let (config, t) = (job.config, &job.config.train);
     let autodiff = device.clone().autodiff();
     autodiff.seed(t.seed);
-    let lm = config.model.lm_config(data.vocab_size()).init(&autodiff);
+    let lm = config.lm_config(data.vocab_size()).init(&autodiff);
     let on = if t.devices.len() > 1 {
         t.describe_devices()
     } else {
