@@ -1,3 +1,5 @@
+//! The data crate's error type, [`DataError`].
+
 use std::path::PathBuf;
 
 /// Everything that can go wrong with data; each says what to do about it.

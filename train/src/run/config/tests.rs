@@ -1,3 +1,5 @@
+//! The run config's parsing, defaults, overrides and error messages.
+
 use hla_model::lm::{FeatureMap, LmConfig};
 
 use super::*;

@@ -1,3 +1,5 @@
+//! The experiment file: expansion of runs and sweeps, names, and its mistakes.
+
 use super::*;
 
 fn parse(text: &str) -> Result<Experiment> {
