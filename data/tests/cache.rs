@@ -1,5 +1,5 @@
 //! The preparation cache: one folder per corpus and settings, failed and killed
-//! preparations leave earlier ones alone. (Two processes at once: `train/tests/reliability.rs`.)
+//! preparations leave earlier ones alone. (Two processes at once: `train/tests/reliability/`.)
 
 use std::path::{Path, PathBuf};
 

@@ -12,7 +12,7 @@ use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use hla_model::lm::LmConfig;
 
-use common::{hla, ok, tiny_config};
+use common::{hla, ok, process_start, tiny_config};
 
 #[test]
 fn train_eval_generate_export_resume() {
@@ -135,10 +135,12 @@ fn train_eval_generate_export_resume() {
     );
 
     // The training time so far, recorded with the checkpoint the resume starts from.
-    let before: f64 = std::fs::read_to_string(run.join("checkpoint/seconds-2.txt"))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run.join("checkpoint/state-2.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["step"], 4, "{state}");
+    let before = state["seconds"].as_f64().unwrap();
     let resumed = ok(
         &data,
         &[
@@ -341,8 +343,9 @@ fn run_directories_are_locked() {
     let run = dir.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
     let (config, run_str) = (config.to_str().unwrap(), run.to_str().unwrap());
-    // A live process (this test) holds the lock.
-    std::fs::write(run.join("run.lock"), std::process::id().to_string()).unwrap();
+    // A live process (this test) holds the lock: its pid and start time, as hla writes them.
+    let owner = format!("{} {}\n", std::process::id(), process_start("self"));
+    std::fs::write(run.join("run.lock"), owner).unwrap();
     let refused = hla(dir.path(), &["train", "--config", config, "--out", run_str]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("is training into"));
@@ -436,11 +439,9 @@ fn killed_runs_resume() {
     for entry in std::fs::read_dir(run.join("checkpoint")).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let reads = if name.starts_with("seconds-") {
-            std::fs::read_to_string(&path)
-                .unwrap()
-                .parse::<f64>()
-                .is_ok()
+        let reads = if name.starts_with("state-") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["step"].is_u64()
         } else if name.starts_with("model-") {
             burn::store::ModuleRecord::load(&path).is_ok()
         } else if name.starts_with("optim-") {

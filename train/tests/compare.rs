@@ -1,6 +1,6 @@
 //! `hla compare` end to end on a two-run toy MQAR experiment: runs, results.md,
-//! results.csv, charts; a second call skips the finished runs; a changed config is refused
-//! until `--force`.
+//! results.csv, charts; a second call skips the finished runs; more steps extend them; a
+//! changed identity (the seed) is refused until `--force`.
 
 use std::path::Path;
 use std::process::Output;
@@ -32,12 +32,13 @@ const CONFIG: &str = "[model]\nmixer = \"hla2\"\nd_model = 16\nn_layers = 1\nn_h
     settings = [{ seq_len = 16, num_kv_pairs = 2, train_examples = 64, test_examples = 16 }]\n\n\
     [train]\nbatch_size = 8\nsteps = 4\neval_interval = 2\nwarmup_steps = 1\n";
 
-fn experiment(dir: &Path, steps: usize) -> String {
+fn experiment(dir: &Path, steps: usize, seed: u64) -> String {
     let folder = dir.join("experiments/toy");
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(dir.join("tiny.toml"), CONFIG).unwrap();
     let text = format!(
-        "title = \"Toy\"\nconfig = \"../../tiny.toml\"\nset = [\"train.steps={steps}\"]\n\n\
+        "title = \"Toy\"\nconfig = \"../../tiny.toml\"\n\
+         set = [\"train.steps={steps}\", \"train.seed={seed}\"]\n\n\
          [[sweep]]\nname = \"toy\"\n[[sweep.axis]]\nkey = \"model.mixer\"\nvalues = [\"hla2\", \"linear\"]\n"
     );
     let path = folder.join("experiment.toml");
@@ -49,7 +50,7 @@ fn experiment(dir: &Path, steps: usize) -> String {
 fn compare_trains_reports_and_skips_finished_runs() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let file = experiment(d, 4);
+    let file = experiment(d, 4, 1337);
     let folder = d.join("experiments/toy");
 
     let plan = ok(d, &["compare", "--experiment", &file, "--dry-run"]);
@@ -131,13 +132,22 @@ fn compare_trains_reports_and_skips_finished_runs() {
         weights
     );
 
-    // More steps: the finished runs no longer match their config.
-    experiment(d, 6);
+    // More steps: the finished runs continue from their last checkpoint.
+    experiment(d, 6, 1337);
+    let extended = ok(d, &["compare", "--experiment", &file]);
+    assert!(
+        extended.contains("toy-hla2: resuming")
+            && extended.contains("resuming at step 4")
+            && extended.contains("step      6/6"),
+        "{extended}"
+    );
+    // Another seed: not the same runs any more, refused until --force.
+    experiment(d, 6, 7);
     let refused = hla(d, &["compare", "--experiment", &file]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("toy-hla2: train.steps: 4 → 6") && stderr.contains("--force"),
+        stderr.contains("toy-hla2: train.seed: 1337 → 7") && stderr.contains("--force"),
         "{stderr}"
     );
     let forced = ok(
@@ -163,7 +173,7 @@ fn compare_trains_reports_and_skips_finished_runs() {
 fn experiment_mistakes_exit_with_2() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let file = experiment(d, 4);
+    let file = experiment(d, 4, 1337);
     let write = |name: &str, text: &str| {
         let path = d.join("experiments/toy").join(name);
         std::fs::write(&path, text).unwrap();

@@ -65,6 +65,24 @@ fn a_full_disk_while_logging_keeps_the_last_checkpoint() {
     assert!(resumed.contains("step      4/4"), "{resumed}");
 }
 
+/// `experiment.log` on a full disk (`/dev/full`): one message with its path, status 1.
+#[test]
+fn a_full_disk_under_the_experiment_log_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = tiny_config(d, "hla2");
+    let run = d.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::os::unix::fs::symlink("/dev/full", run.join("experiment.log")).unwrap();
+    let (config, run_s) = (config.to_str().unwrap(), run.to_str().unwrap());
+    let output = hla(d, &["train", "--config", config, "--out", run_s]);
+    one_error(
+        &output,
+        1,
+        &["experiment.log: No space left on device", "--resume"],
+    );
+}
+
 /// A tmpfs mounted at a folder until dropped.
 struct Tmpfs(PathBuf);
 

@@ -29,7 +29,10 @@ pub enum Compression {
 /// One file of a corpus.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceFile {
+    /// The path it was found at (the first in path order, when several lead to it).
     pub path: PathBuf,
+    /// Its real path, every symbolic link resolved: a file is read once whatever leads to it.
+    pub real: PathBuf,
     pub format: Format,
     pub compression: Compression,
     /// Bytes on disk.
@@ -42,6 +45,15 @@ pub struct Sources {
     /// What the user named: a file, a folder or a glob.
     pub spec: PathBuf,
     pub files: Vec<SourceFile>,
+    /// Paths passed over: links to a file or a folder read already.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A path the walk passed over, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub reason: String,
 }
 
 impl SourceFile {
@@ -68,8 +80,10 @@ impl SourceFile {
         let size = std::fs::metadata(&path)
             .map_err(DataError::io(&path))?
             .len();
+        let real = std::fs::canonicalize(&path).map_err(DataError::io(&path))?;
         Ok(Self {
             path,
+            real,
             format,
             compression,
             size,
@@ -82,12 +96,18 @@ impl Sources {
     /// when they say nothing), a folder (every corpus file below it) or a glob pattern.
     pub fn find(spec: &Path) -> Result<Self, DataError> {
         let mut files = Vec::new();
+        let mut skipped = Vec::new();
         let text = spec.to_string_lossy();
         if spec.is_file() {
             let kind = SourceFile::recognise(spec).unwrap_or((Format::Text, Compression::None));
             files.push(SourceFile::new(spec.into(), kind)?);
         } else if spec.is_dir() {
-            collect(spec, &mut files)?;
+            let mut walk = Walk {
+                files: &mut files,
+                skipped: &mut skipped,
+                entered: Vec::new(),
+            };
+            walk.folder(spec)?;
         } else if text.contains(['*', '?', '[']) {
             let paths = glob::glob(&text).map_err(|e| DataError::Invalid {
                 key: "data.corpus",
@@ -107,6 +127,17 @@ impl Sources {
             return Err(DataError::MissingPath(spec.into()));
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut read = std::collections::HashSet::new();
+        files.retain(|file| {
+            let first = read.insert(file.real.clone());
+            if !first {
+                skipped.push(Skipped {
+                    path: file.path.clone(),
+                    reason: format!("the file {} is read already", file.real.display()),
+                });
+            }
+            first
+        });
         if files.is_empty() {
             return Err(DataError::EmptyCorpus(format!(
                 "{} (no .txt, .jsonl or .parquet files, plain or .gz/.zst)",
@@ -116,6 +147,7 @@ impl Sources {
         Ok(Self {
             spec: spec.into(),
             files,
+            skipped,
         })
     }
 
@@ -148,14 +180,39 @@ impl Sources {
     }
 }
 
-fn collect(dir: &Path, out: &mut Vec<SourceFile>) -> Result<(), DataError> {
-    for entry in std::fs::read_dir(dir).map_err(DataError::io(dir))? {
-        let path = entry.map_err(DataError::io(dir))?.path();
-        if path.is_dir() {
-            collect(&path, out)?;
-        } else if let Some(kind) = SourceFile::recognise(&path) {
-            out.push(SourceFile::new(path, kind)?);
+/// A walk of a corpus folder: links followed, each real folder entered once (a link to a
+/// folder being walked would loop), entries in name order so that the first path to a file
+/// is always the same one.
+struct Walk<'a> {
+    files: &'a mut Vec<SourceFile>,
+    skipped: &'a mut Vec<Skipped>,
+    /// The real paths of the folders entered so far.
+    entered: Vec<PathBuf>,
+}
+
+impl Walk<'_> {
+    fn folder(&mut self, dir: &Path) -> Result<(), DataError> {
+        let real = std::fs::canonicalize(dir).map_err(DataError::io(dir))?;
+        if self.entered.contains(&real) {
+            self.skipped.push(Skipped {
+                path: dir.into(),
+                reason: format!("the folder {} is read already", real.display()),
+            });
+            return Ok(());
         }
+        self.entered.push(real);
+        let mut paths = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(DataError::io(dir))? {
+            paths.push(entry.map_err(DataError::io(dir))?.path());
+        }
+        paths.sort();
+        for path in paths {
+            if path.is_dir() {
+                self.folder(&path)?;
+            } else if let Some(kind) = SourceFile::recognise(&path).filter(|_| path.is_file()) {
+                self.files.push(SourceFile::new(path, kind)?);
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::key::Settings;
 use super::publish::{self, Part};
-use super::{META_FILE, Meta, Prepared, TOKENIZER_FILE, TOKENS_FILE, open};
+use super::{META_FILE, Meta, Prepared, ReadFile, SkippedPath, TOKENIZER_FILE, TOKENS_FILE, open};
 use crate::DataError;
 use crate::corpus::documents::{self, Piece};
 use crate::corpus::sources::Sources;
@@ -46,6 +46,7 @@ pub fn prepare_with(
 ) -> Result<(Prepared, bool), DataError> {
     let fingerprint = sources.fingerprint()?;
     let _lock = publish::lock(dir)?;
+    publish::remove_leftovers(dir)?;
     if !force
         && let Ok(existing) = open(dir)
         && existing.meta.fingerprint == fingerprint
@@ -95,6 +96,23 @@ fn write_preparation(
         end_of_text: tokenizer.end_of_text().filter(|_| several),
         source: sources.spec.display().to_string(),
         files: sources.files.len(),
+        read: sources
+            .files
+            .iter()
+            .map(|f| ReadFile {
+                path: f.path.display().to_string(),
+                real: f.real.display().to_string(),
+                bytes: f.size,
+            })
+            .collect(),
+        skipped: sources
+            .skipped
+            .iter()
+            .map(|s| SkippedPath {
+                path: s.path.display().to_string(),
+                reason: s.reason.clone(),
+            })
+            .collect(),
         documents: written.documents,
         text_field: settings.text_field.clone(),
         fingerprint,

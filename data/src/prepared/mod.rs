@@ -33,6 +33,12 @@ pub struct Meta {
     /// The corpus as the config names it: a file, a folder or a glob.
     pub source: String,
     pub files: usize,
+    /// The files read, each once, in order.
+    #[serde(default)]
+    pub read: Vec<ReadFile>,
+    /// Paths of the corpus passed over (links to a file or folder read already), and why.
+    #[serde(default)]
+    pub skipped: Vec<SkippedPath>,
     pub documents: usize,
     /// The JSONL field or Parquet column read.
     pub text_field: String,
@@ -46,6 +52,21 @@ pub struct Meta {
     pub train_fraction: f64,
     pub train_tokens: usize,
     pub valid_tokens: usize,
+}
+
+/// A file a preparation read: the path it was found at, its real path and its size.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ReadFile {
+    pub path: String,
+    pub real: String,
+    pub bytes: u64,
+}
+
+/// A path a preparation passed over, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SkippedPath {
+    pub path: String,
+    pub reason: String,
 }
 
 /// A prepared corpus: its metadata, tokenizer and memory-mapped tokens.

@@ -54,6 +54,16 @@ pub fn lock(dir: &Path) -> Result<Lock, DataError> {
     Ok(Lock { _file: file })
 }
 
+/// Removes what a killed preparation of `dir` left beside it (its temporary folder, or the
+/// earlier folder it was replacing), whether or not `dir` is prepared again; the caller holds
+/// `dir`'s lock, so no preparation is writing them.
+pub fn remove_leftovers(dir: &Path) -> Result<(), DataError> {
+    for leftover in [sibling(dir, ".part"), sibling(dir, ".old")] {
+        remove_dir(&leftover)?;
+    }
+    Ok(())
+}
+
 /// A preparation being written into a temporary sibling of its folder; removed when dropped
 /// unless [published](Part::publish).
 pub struct Part {
@@ -66,14 +76,12 @@ impl Part {
     /// An empty temporary folder for `dir`, whose lock the caller holds; what a killed
     /// preparation left there goes first.
     pub fn create(dir: &Path) -> Result<Self, DataError> {
+        remove_leftovers(dir)?;
         let part = Self {
             dir: dir.into(),
             path: sibling(dir, ".part"),
             published: false,
         };
-        for leftover in [&part.path, &sibling(dir, ".old")] {
-            remove_dir(leftover)?;
-        }
         std::fs::create_dir_all(&part.path).map_err(DataError::io(&part.path))?;
         Ok(part)
     }

@@ -5,10 +5,10 @@
 //! The runs train in this process, through the same entry point as `hla train`: configs
 //! are resolved and checked once, before anything trains, and a config mistake exits with
 //! status 2 like `hla train`'s. A finished run (its `metrics.json` exists) is skipped, a
-//! partial one resumed from its last checkpoint; one whose config changed since is an
-//! error unless `--force` starts it over.
+//! partial one resumed from its last checkpoint, one given more steps extended; one whose
+//! identity changed since ([`identity`](crate::run::identity)) is an error unless `--force`
+//! starts it over.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
@@ -16,6 +16,7 @@ use anyhow::{Result, bail};
 use crate::run::config::RunConfig;
 use crate::run::devices;
 use crate::run::experiment::{Experiment, Metric, PlannedRun};
+use crate::run::identity::{Change, Changes};
 use crate::run::plots;
 use crate::run::report::{self, Row};
 use crate::run::run_dir::RunDir;
@@ -170,12 +171,13 @@ fn action(run: &RunDir, config: &RunConfig) -> Result<Action> {
         return Ok(Action::Train);
     }
     let trained = run.load_config(&[])?;
-    let diff = differences(&trained, config);
-    Ok(if !diff.is_empty() {
-        Action::Changed(diff)
-    } else if run.metrics().exists() {
+    let changes = Changes::between(&trained, config);
+    Ok(if !changes.identity.is_empty() {
+        Action::Changed(changes.all().map(Change::to_string).collect())
+    } else if run.metrics().exists() && config.train.steps <= trained.train.steps {
         Action::Skip
     } else {
+        // Unfinished, or extended: the schedule may change on resume (recorded in the run).
         Action::Resume
     })
 }
@@ -211,52 +213,6 @@ fn print_plan(experiment: &Experiment, plans: &[Plan]) {
     }
 }
 
-/// Keys that say where a run trains, not what: a run continues on other devices.
-const PLACEMENT: [&str; 2] = ["train.devices", "train.strategy"];
-
-/// The keys whose values differ between two configs, `key: old → new`, where a run
-/// trains aside.
-fn differences(old: &RunConfig, new: &RunConfig) -> Vec<String> {
-    let (mut old, mut new) = (flatten(old), flatten(new));
-    for key in PLACEMENT {
-        old.remove(key);
-        new.remove(key);
-    }
-    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
-    let unset = String::from("(unset)");
-    keys.into_iter()
-        .filter(|k| old.get(*k) != new.get(*k))
-        .map(|k| {
-            let value = |m: &BTreeMap<String, String>| m.get(k).unwrap_or(&unset).clone();
-            format!("{k}: {} → {}", value(&old), value(&new))
-        })
-        .collect()
-}
-
-fn flatten(config: &RunConfig) -> BTreeMap<String, String> {
-    fn walk(prefix: &str, value: &toml::Value, into: &mut BTreeMap<String, String>) {
-        match value {
-            toml::Value::Table(table) => {
-                for (key, value) in table {
-                    let path = if prefix.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{prefix}.{key}")
-                    };
-                    walk(&path, value, into);
-                }
-            }
-            leaf => {
-                into.insert(prefix.to_string(), leaf.to_string());
-            }
-        }
-    }
-    let mut into = BTreeMap::new();
-    let value = toml::Value::try_from(config).expect("the config serialises");
-    walk("", &value, &mut into);
-    into
-}
-
 /// results.md, results.csv and the charts, from the runs finished so far.
 fn write_results(experiment: &Experiment) -> Result<()> {
     let rows = report::rows(experiment)?;
@@ -284,31 +240,4 @@ fn write_results(experiment: &Experiment) -> Result<()> {
         experiment.dir.display()
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn differences_name_the_keys() {
-        let text = "[data]\ncorpus = \"x\"\n";
-        let a = RunConfig::parse(text, &[]).unwrap();
-        let sets = ["train.lr=3e-3", "model.mixer=ahla", "model.normalize=false"];
-        let b = RunConfig::parse(text, &sets.map(String::from)).unwrap();
-        // The keys whose defaults follow from others (here from `normalize`) count too.
-        assert_eq!(
-            differences(&a, &b),
-            [
-                "model.feature_map: \"elu_plus_one\" → \"l2\"",
-                "model.mixer: \"hla2\" → \"ahla\"",
-                "model.normalize: true → false",
-                "model.output_norm: false → true",
-                "train.lr: 0.001 → 0.003"
-            ]
-        );
-        assert!(differences(&a, &a).is_empty());
-        let elsewhere = RunConfig::parse(text, &["train.devices=[\"flex\", \"flex\"]".into()]);
-        assert!(differences(&a, &elsewhere.unwrap()).is_empty());
-    }
 }

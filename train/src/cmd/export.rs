@@ -26,6 +26,11 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let run = RunDir::new(&args.run);
+    export::check_target(
+        &args.out,
+        &run,
+        &[run.config(), run.model(), run.tokenizer()],
+    )?;
     let config = run.load_config(&[])?;
     let vocab_size = if run.tokenizer().exists() {
         Tokenizer::load(&run.tokenizer())?.vocab_size()

@@ -10,6 +10,7 @@ use hla_model::lm::{Lm, MixerKind};
 use super::config::RunConfig;
 use super::data::Data;
 use super::evaluate::{Mode, evaluate};
+use super::history::History;
 use super::run_dir::{RunDir, write_atomic};
 
 /// What training handed back.
@@ -67,7 +68,7 @@ pub fn finish(
         "validation": evaluation,
         "random_batch_estimate": estimate,
     });
-    write_metrics_csv(run, t.eval_interval)?;
+    write_metrics_csv(run, &History::load(&run.history(), t.eval_interval)?)?;
     write_atomic(
         &run.metrics(),
         serde_json::to_string_pretty(&summary)?.as_bytes(),
@@ -105,8 +106,9 @@ fn random_batch_estimate(
 }
 
 /// `metrics.csv` (step, split, metric, value) from burn-train's per-epoch logs, whose last
-/// line holds the epoch's aggregate: one row per metric and validation interval.
-fn write_metrics_csv(run: &RunDir, eval_interval: usize) -> Result<()> {
+/// line holds the epoch's aggregate: one row per metric and validation interval, at the
+/// step the run's `history` gives the epoch.
+fn write_metrics_csv(run: &RunDir, history: &History) -> Result<()> {
     let mut rows = vec!["step,split,metric,value".to_string()];
     for split in ["train", "valid"] {
         let Ok(epochs) = std::fs::read_dir(run.path().join(split)) else {
@@ -140,7 +142,7 @@ fn write_metrics_csv(run: &RunDir, eval_interval: usize) -> Result<()> {
                 if let Some(value) = text.lines().rev().find_map(|l| l.strip_suffix(",final")) {
                     rows.push(format!(
                         "{},{split},{metric},{value}",
-                        epoch * eval_interval
+                        history.step_at(epoch)
                     ));
                 }
             }

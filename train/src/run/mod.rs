@@ -9,6 +9,8 @@ pub mod evaluate;
 pub mod experiment;
 pub mod export;
 pub mod finish;
+pub mod history;
+pub mod identity;
 pub mod plots;
 pub mod progress;
 pub mod report;

@@ -61,9 +61,15 @@ impl RunDir {
         self.0.join("metrics.json")
     }
 
+    /// The segments the run trained in ([`History`](super::history::History)).
+    pub fn history(&self) -> PathBuf {
+        self.0.join("history.json")
+    }
+
     /// Claims the run directory for this process until the guard drops: a second `hla
-    /// train` into the same directory is refused. A lock left by a killed process (its pid
-    /// no longer runs) is taken over.
+    /// train` into the same directory is refused. The lock names its owner by pid and the
+    /// time that process started, so that a lock left by a killed process is taken over even
+    /// when its pid now belongs to another program.
     pub fn lock(&self) -> Result<RunLock> {
         let created = (!self.0.exists()).then(|| self.0.clone());
         std::fs::create_dir_all(&self.0)
@@ -77,17 +83,23 @@ impl RunDir {
             {
                 Ok(mut file) => {
                     let lock = RunLock { path, created };
-                    std::io::Write::write_all(&mut file, std::process::id().to_string().as_bytes())
+                    let owner = Owner::this_process().to_string();
+                    std::io::Write::write_all(&mut file, owner.as_bytes())
                         .with_context(|| format!("cannot write {}", lock.path.display()))?;
                     return Ok(lock);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let owner = std::fs::read_to_string(&path).unwrap_or_default();
-                    let owner = owner.trim();
-                    if Path::new("/proc").join(owner).exists() && !owner.is_empty() {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    let owner = Owner::parse(&text);
+                    if let Some(owner) = owner.as_ref().filter(|o| o.is_running()) {
                         bail!(
-                            "another hla process (pid {owner}) is training into {}",
-                            self.0.display()
+                            "another hla process (pid {}) is training into {}: wait for it to \
+                             finish, or stop it (kill {}); if no hla process uses this run, \
+                             remove {}",
+                            owner.pid,
+                            self.0.display(),
+                            owner.pid,
+                            path.display()
                         );
                     }
                     std::fs::remove_file(&path).with_context(|| {
@@ -174,7 +186,7 @@ impl RunDir {
     }
 
     /// The newest checkpoint whose model, optimizer and scheduler files all read back: a run
-    /// killed while burn-train wrote a checkpoint resumes from the one before.
+    /// killed while burn-train wrote a checkpoint resumes from the one before, and says so.
     pub fn last_checkpoint(&self) -> Option<usize> {
         let mut epochs: Vec<usize> = std::fs::read_dir(self.checkpoints())
             .ok()?
@@ -187,10 +199,26 @@ impl RunDir {
             })
             .collect();
         epochs.sort_unstable();
-        epochs
-            .into_iter()
-            .rev()
-            .find(|&epoch| self.checkpoint_reads(epoch))
+        let mut unreadable = Vec::new();
+        let last = epochs.into_iter().rev().find(|&epoch| {
+            let reads = self.checkpoint_reads(epoch);
+            if !reads {
+                unreadable.push(epoch);
+            }
+            reads
+        });
+        if !unreadable.is_empty() {
+            let list: Vec<String> = unreadable.iter().map(|e| e.to_string()).collect();
+            let instead = last.map_or("no other checkpoint does".into(), |e| {
+                format!("resuming from checkpoint {e}, the newest that does")
+            });
+            eprintln!(
+                "checkpoint {} in {} does not read back (cut short, or damaged): {instead}",
+                list.join(", "),
+                self.checkpoints().display()
+            );
+        }
+        last
     }
 
     fn checkpoint_reads(&self, epoch: usize) -> bool {
@@ -199,6 +227,63 @@ impl RunDir {
             && OptimizerRecord::load(file("optim")).is_ok()
             && LrSchedulerRecord::load(file("scheduler")).is_ok()
     }
+}
+
+/// The process a `run.lock` names: its pid, and its start time in clock ticks after boot
+/// (the 22nd field of `/proc/<pid>/stat`; Linux only).
+struct Owner {
+    pid: u32,
+    started: Option<u64>,
+}
+
+impl Owner {
+    fn this_process() -> Self {
+        let pid = std::process::id();
+        Self {
+            pid,
+            started: start_time(pid),
+        }
+    }
+
+    /// `pid` or `pid started` (a lock written by an older `hla` holds the pid alone).
+    fn parse(text: &str) -> Option<Self> {
+        let mut words = text.split_whitespace();
+        let pid = words.next()?.parse().ok()?;
+        let started = words.next().and_then(|w| w.parse().ok());
+        Some(Self { pid, started })
+    }
+
+    /// Whether the owner still runs: its pid runs, and started when the lock says (without
+    /// a recorded start, when that process is an `hla`).
+    fn is_running(&self) -> bool {
+        let Some(now) = start_time(self.pid) else {
+            return false;
+        };
+        match self.started {
+            Some(started) => started == now,
+            None => {
+                let name = |pid: String| std::fs::read_to_string(format!("/proc/{pid}/comm"));
+                name(self.pid.to_string()).ok() == name("self".into()).ok()
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.started {
+            Some(started) => writeln!(f, "{} {started}", self.pid),
+            None => writeln!(f, "{}", self.pid),
+        }
+    }
+}
+
+/// When process `pid` started (clock ticks after boot), if it runs (and this is Linux).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, the second field, is in parentheses and may hold spaces.
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Writes `bytes` to `path` through a temporary file, `fsync` and a rename, so a reader

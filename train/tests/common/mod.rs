@@ -103,3 +103,14 @@ pub fn read_safetensors(path: &Path) -> std::collections::BTreeMap<String, Vec<f
         })
         .collect()
 }
+
+/// When process `pid` started, in clock ticks after boot (`/proc/<pid>/stat`'s 22nd field),
+/// as `hla` records it in a run's lock.
+pub fn process_start(pid: &str) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string()
+}

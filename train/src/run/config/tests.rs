@@ -104,6 +104,7 @@ fn mistakes_name_the_key_and_the_place() {
         ),
         ("model.chunk_size=0", "model.chunk_size must be at least 1"),
         ("train.lr=-1", "train.lr must be positive and finite"),
+        ("train.lr=2", "train.lr must be at most 1"),
         ("train.context=5000", "longer than model.max_seq_len"),
         (
             "model.decay_base=-1",

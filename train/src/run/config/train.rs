@@ -127,6 +127,10 @@ impl TrainSection {
             Ok(())
         };
         positive("lr", self.lr)?;
+        // Burn's learning-rate schedulers take no rate above 1.
+        if self.lr > 1.0 {
+            bail!("train.lr must be at most 1, got {}", self.lr);
+        }
         if !(self.min_lr.is_finite() && (0.0..=self.lr).contains(&self.min_lr)) {
             bail!(
                 "train.min_lr must be between 0 and train.lr, got {}",

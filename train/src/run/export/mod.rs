@@ -12,6 +12,7 @@ use hla_model::lm::Lm;
 
 use super::config::RunConfig;
 use super::run_dir::RunDir;
+use super::usage::usage;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -21,8 +22,47 @@ pub enum Format {
     Burnpack,
 }
 
+/// The files an export writes, whatever its format.
+const FILES: [&str; 5] = [
+    "model.safetensors",
+    "model.bpk",
+    "config.json",
+    "tokenizer.json",
+    "manifest.json",
+];
+
+/// Refuses (a usage error) an output folder that would overwrite what the export reads:
+/// the run folder itself, a folder holding any of `reads`, or one whose files link to them.
+pub fn check_target(out: &Path, run: &RunDir, reads: &[PathBuf]) -> Result<()> {
+    let Ok(folder) = std::fs::canonicalize(out) else {
+        return Ok(()); // not there yet: nothing in it can be read
+    };
+    let read: Vec<PathBuf> = reads
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    let written: Vec<PathBuf> = FILES
+        .iter()
+        .filter_map(|name| std::fs::canonicalize(out.join(name)).ok())
+        .collect();
+    let clash = read
+        .iter()
+        .find(|r| r.parent() == Some(folder.as_path()) || written.contains(r));
+    if std::fs::canonicalize(run.path()).ok().as_ref() == Some(&folder) || clash.is_some() {
+        let what = clash.map_or("the run folder".to_string(), |r| {
+            format!("{}, which the export reads", r.display())
+        });
+        return Err(usage(format!(
+            "cannot export into {}: it holds {what}; choose another --out",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Writes the export of `run` (trained with `config`, its model `lm` of `vocab_size`
-/// tokens) into `out`, the weights in `format`; returns the number of tensors.
+/// tokens) into `out`, the weights in `format`; returns the number of tensors. Files of an
+/// export cut short (no `manifest.json`, written last) are overwritten.
 pub fn write(
     run: &RunDir,
     config: &RunConfig,
@@ -34,15 +74,19 @@ pub fn write(
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let weights = write_weights(config, lm, out, format)?;
     let description = describe::describe(config, vocab_size)?;
-    std::fs::write(
-        out.join("config.json"),
-        serde_json::to_string_pretty(&description)?,
-    )
-    .context("cannot write config.json")?;
-    let mut files = vec![weights.clone(), out.join("config.json")];
+    let write = |name: &str, text: String| {
+        let path = out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        anyhow::Ok(path)
+    };
+    let mut files = vec![
+        weights.clone(),
+        write("config.json", serde_json::to_string_pretty(&description)?)?,
+    ];
     if run.tokenizer().exists() {
         let tokenizer = out.join("tokenizer.json");
-        std::fs::copy(run.tokenizer(), &tokenizer).context("cannot copy the tokenizer")?;
+        std::fs::copy(run.tokenizer(), &tokenizer)
+            .with_context(|| format!("cannot write {}", tokenizer.display()))?;
         files.push(tokenizer);
     }
     let parameters: Vec<serde_json::Value> = lm
@@ -56,14 +100,12 @@ pub fn write(
         "vocab_size": vocab_size,
         "parameters": parameters,
     });
-    std::fs::write(
-        out.join("manifest.json"),
-        serde_json::to_string_pretty(&manifest)?,
-    )?;
-    files.push(out.join("manifest.json"));
+    // The manifest last: an export is complete once it is there.
     for file in &files {
         readable_by_all(file)?;
     }
+    let manifest = write("manifest.json", serde_json::to_string_pretty(&manifest)?)?;
+    readable_by_all(&manifest)?;
     Ok(parameters.len())
 }
 
@@ -73,6 +115,7 @@ fn write_weights(config: &RunConfig, lm: &Lm, out: &Path, format: Format) -> Res
         Format::Safetensors => {
             let path = out.join("model.safetensors");
             let mut store = SafetensorsStore::from_file(&path)
+                .overwrite(true)
                 .metadata("format", "hla")
                 .metadata("mixer", config.model.mixer.name());
             lm.save_into(&mut store)
@@ -81,7 +124,9 @@ fn write_weights(config: &RunConfig, lm: &Lm, out: &Path, format: Format) -> Res
         }
         Format::Burnpack => {
             let path = out.join("model.bpk");
-            let mut store = BurnpackStore::from_file(&path).metadata("format", "hla");
+            let mut store = BurnpackStore::from_file(&path)
+                .overwrite(true)
+                .metadata("format", "hla");
             lm.save_into(&mut store)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             Ok(path)

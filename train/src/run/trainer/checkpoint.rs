@@ -1,16 +1,45 @@
 //! Checkpoints written atomically: burn-train's file checkpointer writes in place, so a run
 //! killed mid-write would leave an unreadable file; this one writes a temporary file, syncs
-//! it and renames it. The model's checkpointer also records the run's training time so far
-//! beside each checkpoint, so that a resumed run reports the time of all its steps.
+//! it and renames it. The model's checkpointer also records beside each checkpoint the step
+//! it was taken at and the run's training time so far (`state-<epoch>.json`), so that a
+//! resumed run starts at that step whatever its cadence is now, and reports the time of all
+//! its steps.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError};
+use serde::{Deserialize, Serialize};
 
 use super::failure::Failure;
+use crate::run::history::Cadence;
 use crate::run::run_dir::write_atomic;
+
+/// What is recorded beside a checkpoint.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct CheckpointState {
+    /// The optimiser steps done when it was taken (`None`: written by an older `hla`, which
+    /// recorded only the time).
+    pub step: Option<usize>,
+    /// The training time of the run so far (`None`: not known).
+    pub seconds: Option<f64>,
+}
+
+impl CheckpointState {
+    /// The state recorded beside checkpoint `epoch` in `dir`, if any.
+    pub fn read(dir: &Path, epoch: usize) -> Option<Self> {
+        if let Ok(text) = std::fs::read_to_string(state_path(dir, epoch)) {
+            return serde_json::from_str(&text).ok();
+        }
+        // The time alone, as an older `hla` recorded it.
+        let seconds = std::fs::read_to_string(old_seconds_path(dir, epoch)).ok()?;
+        Some(Self {
+            step: None,
+            seconds: seconds.trim().parse().ok(),
+        })
+    }
+}
 
 /// A run's training time across its segments: the seconds recorded with the checkpoint it
 /// resumed from, and this process's own since it started training.
@@ -22,15 +51,8 @@ pub struct TrainingClock {
 }
 
 impl TrainingClock {
-    /// Starts the clock of a run that trains from `epoch`'s checkpoint in `dir`, or from the
-    /// start.
-    pub fn start(dir: &Path, epoch: Option<usize>) -> Self {
-        let before = match epoch {
-            None => Some(0.0),
-            Some(epoch) => std::fs::read_to_string(seconds_path(dir, epoch))
-                .ok()
-                .and_then(|s| s.trim().parse().ok()),
-        };
+    /// Starts the clock of a run that trained `before` seconds already (`None`: not known).
+    pub fn start(before: Option<f64>) -> Self {
         Self {
             before,
             started: Instant::now(),
@@ -48,15 +70,20 @@ impl TrainingClock {
     }
 }
 
-fn seconds_path(dir: &Path, epoch: usize) -> PathBuf {
+fn state_path(dir: &Path, epoch: usize) -> PathBuf {
+    dir.join(format!("state-{epoch}.json"))
+}
+
+fn old_seconds_path(dir: &Path, epoch: usize) -> PathBuf {
     dir.join(format!("seconds-{epoch}.txt"))
 }
 
 pub struct AtomicCheckpointer {
     dir: PathBuf,
     name: &'static str,
-    /// Recorded beside each checkpoint, if given.
-    clock: Option<TrainingClock>,
+    /// The run's clock and the segment's cadence, whose time and step are recorded beside
+    /// each checkpoint, if given.
+    progress: Option<(TrainingClock, Cadence)>,
     /// Where a failed save is reported, if given.
     failure: Option<Failure>,
 }
@@ -66,15 +93,16 @@ impl AtomicCheckpointer {
         Self {
             dir,
             name,
-            clock: None,
+            progress: None,
             failure: None,
         }
     }
 
-    /// Also records the training time so far beside each checkpoint.
-    pub fn with_clock(self, clock: TrainingClock) -> Self {
+    /// Also records beside each checkpoint its step (by `cadence`) and the training time so
+    /// far.
+    pub fn with_progress(self, clock: TrainingClock, cadence: Cadence) -> Self {
         Self {
-            clock: Some(clock),
+            progress: Some((clock, cadence)),
             ..self
         }
     }
@@ -96,13 +124,15 @@ impl AtomicCheckpointer {
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("cannot create {}", self.dir.display()))?;
         let (tmp, path) = (self.path(epoch).with_extension("tmp"), self.path(epoch));
-        // The time first: a checkpoint is complete once its record is, and then its
-        // time is there too (a time without its checkpoint is never read).
-        if let Some(seconds) = self.clock.and_then(|clock| clock.total()) {
-            write_atomic(
-                &seconds_path(&self.dir, epoch),
-                seconds.to_string().as_bytes(),
-            )?;
+        // The state first: a checkpoint is complete once its record is, and then its state
+        // is there too (a state without its checkpoint is never read).
+        if let Some((clock, cadence)) = self.progress {
+            let state = CheckpointState {
+                step: Some(cadence.step_at(epoch)),
+                seconds: clock.total(),
+            };
+            let json = serde_json::to_string(&state).expect("the state serialises");
+            write_atomic(&state_path(&self.dir, epoch), json.as_bytes())?;
         }
         let written = record
             .save(tmp.clone())
@@ -134,8 +164,9 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicCheckpointer {
 
     fn delete(&self, epoch: usize) -> Result<(), CheckpointerError> {
         let mut paths = vec![self.path(epoch)];
-        if self.clock.is_some() {
-            paths.push(seconds_path(&self.dir, epoch));
+        if self.progress.is_some() {
+            paths.push(state_path(&self.dir, epoch));
+            paths.push(old_seconds_path(&self.dir, epoch));
         }
         for path in paths {
             match std::fs::remove_file(path) {

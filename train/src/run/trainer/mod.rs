@@ -20,13 +20,15 @@ use burn::train::{
 };
 use hla_model::lm::Lm;
 
-use crate::run::config::RunConfig;
+use crate::run::config::{RunConfig, TrainSection};
 use crate::run::data::Data;
 use crate::run::devices;
 use crate::run::finish::{self, Finished};
+use crate::run::history::{Cadence, History};
+use crate::run::identity;
 use crate::run::run_dir::{RunDir, write_atomic};
 use crate::run::usage::usage;
-use checkpoint::{AtomicCheckpointer, TrainingClock};
+use checkpoint::{AtomicCheckpointer, CheckpointState, TrainingClock};
 use failure::Failure;
 use metrics::{AccuracyMetric, PerplexityMetric};
 use renderer::QuietRenderer;
@@ -62,44 +64,52 @@ pub fn train(job: &Job) -> Result<()> {
     let devices = devices::parse_all(&t.devices)?;
     let run = RunDir::new(out);
     let _lock = run.lock()?;
+    // A resume that would change what the run is, or skip or repeat steps, is refused
+    // before anything in the folder is touched.
+    let Start {
+        resume,
+        cadence,
+        history,
+    } = start(&run, job)?;
     claim(&run, job)?;
     let data = Data::load(config)?;
-    let items_per_epoch = t.eval_interval * t.grad_accumulation * t.batch_size;
+    let items_per_step = t.grad_accumulation * t.batch_size;
     let lm = init_lm(job, &devices[0], &data);
-    let resume_epoch = resume_epoch(&run, job);
-    let done_epochs = resume_epoch.unwrap_or(0);
-    let first_step = done_epochs * t.eval_interval;
     let interrupter = Interrupter::new();
     let batches_per_step = parallel::batches_per_step(t, devices.len());
     let model = Trainee {
         lm,
-        guard: NanGuard::new(interrupter.clone(), first_step, batches_per_step),
+        guard: NanGuard::new(interrupter.clone(), cadence.first_step, batches_per_step),
         gradient_scale: 1.0 / batches_per_step as f64,
     };
-    let model = with_checkpoint_ids(model, &run, resume_epoch)?;
+    let model = with_checkpoint_ids(model, &run, resume.as_ref().map(|r| r.epoch))?;
     let optimizer = optim::optimizer(t, &model);
     let scheduler = optim::scheduler(config)?;
     // Build the data first: a corpus too short for a window fails before anything is written.
     let train_loader = data.train_loader(
         config,
-        items_per_epoch,
-        (done_epochs * items_per_epoch) as u64,
+        t.eval_interval * items_per_step,
+        (cadence.first_step * items_per_step) as u64,
         devices.len(),
     )?;
     let valid_loader = data.valid_loader(config, t.seed.wrapping_add(1))?;
     std::fs::create_dir_all(out)
         .with_context(|| format!("cannot create the run directory {}", out.display()))?;
     write_atomic(&run.config(), config.to_toml().as_bytes())?;
+    history.save(&run.history())?;
     data.save_tokenizer(&run.tokenizer())?;
     let training = SupervisedTraining::new(run.path(), train_loader, valid_loader);
-    let clock = TrainingClock::start(&run.checkpoints(), resume_epoch);
+    let clock = TrainingClock::start(match &resume {
+        Some(resume) => resume.seconds,
+        None => Some(0.0),
+    });
     let failure = Failure::default();
-    let training = configure(training, job, data.is_mqar(), resume_epoch);
+    let training = configure(training, job, data.is_mqar(), cadence);
     let mut training = writers::writers(
         training,
         &run,
         job.standalone,
-        clock,
+        (clock, cadence),
         &failure,
         &interrupter,
     )?
@@ -112,7 +122,7 @@ pub fn train(job: &Job) -> Result<()> {
     // Resumed from a checkpoint without a recorded time: this segment's steps only.
     let (seconds, steps_timed) = match clock.total() {
         Some(total) => (total, t.steps),
-        None => (clock.own(), t.steps.saturating_sub(first_step)),
+        None => (clock.own(), t.steps.saturating_sub(cadence.first_step)),
     };
     let finished = Finished {
         lm: result.model.lm,
@@ -204,19 +214,100 @@ fn with_checkpoint_ids(model: Trainee, run: &RunDir, epoch: Option<usize>) -> Re
     Ok(model.load_record(record))
 }
 
-/// The epoch of the checkpoint to resume from, if resuming and one exists.
-fn resume_epoch(run: &RunDir, job: &Job) -> Option<usize> {
-    if !job.resume {
-        return None;
-    }
-    let epoch = run.last_checkpoint();
-    if epoch.is_none() {
+/// Where this process's training starts.
+struct Start {
+    /// The checkpoint it resumes from, if any.
+    resume: Option<Resume>,
+    cadence: Cadence,
+    /// The run's history, this process's segment included.
+    history: History,
+}
+
+/// Where `job` starts: from scratch, or, resuming, from the last checkpoint with settings
+/// that keep the run's identity ([`identity::check_resume`]) and a whole number of
+/// validation intervals left.
+fn start(run: &RunDir, job: &Job) -> Result<Start> {
+    let t = &job.config.train;
+    let recorded = job.resume.then(|| run.load_config(&[])).transpose()?;
+    let Some(recorded) = recorded else {
+        return Ok(Start {
+            resume: None,
+            cadence: cadence(run, t, None)?,
+            history: History::new(t.eval_interval),
+        });
+    };
+    let changes = identity::check_resume(run, &recorded, job.config)?;
+    let history = History::load(&run.history(), recorded.train.eval_interval)?;
+    let resume = resume_point(run, job, &history);
+    let cadence = cadence(run, t, resume.as_ref())?;
+    let history = match &resume {
+        Some(_) => history.resumed(cadence, &changes),
+        None => History::new(t.eval_interval),
+    };
+    Ok(Start {
+        resume,
+        cadence,
+        history,
+    })
+}
+
+/// The checkpoint a run resumes from.
+struct Resume {
+    epoch: usize,
+    /// The step it was taken at.
+    step: usize,
+    /// The run's training time until then, if known.
+    seconds: Option<f64>,
+}
+
+/// The checkpoint to resume from, if one exists: its step as recorded with it (by
+/// `history` for a checkpoint of an older `hla`, which recorded none).
+fn resume_point(run: &RunDir, job: &Job, history: &History) -> Option<Resume> {
+    let Some(epoch) = run.last_checkpoint() else {
         println!(
             "no checkpoint in {} yet: starting from scratch",
             job.out.display()
         );
+        return None;
+    };
+    let state = CheckpointState::read(&run.checkpoints(), epoch);
+    Some(Resume {
+        epoch,
+        step: state
+            .and_then(|s| s.step)
+            .unwrap_or_else(|| history.step_at(epoch)),
+        seconds: state.and_then(|s| s.seconds),
+    })
+}
+
+/// The cadence of the epochs this process trains: from the checkpoint's step, in epochs of
+/// `train.eval_interval` steps up to `train.steps`, which must be a whole number of them
+/// away.
+fn cadence(run: &RunDir, t: &TrainSection, resume: Option<&Resume>) -> Result<Cadence> {
+    let (after_epoch, first_step) = resume.map_or((0, 0), |r| (r.epoch, r.step));
+    if first_step > t.steps {
+        return Err(usage(format!(
+            "{} is at step {first_step} already, past train.steps ({}): set train.steps to \
+             {first_step} or more",
+            run.path().display(),
+            t.steps
+        )));
     }
-    epoch
+    let left = t.steps - first_step;
+    if !left.is_multiple_of(t.eval_interval) {
+        return Err(usage(format!(
+            "{} resumes at step {first_step}: the {left} steps left to train.steps ({}) must be \
+             a whole number of train.eval_interval ({}) steps",
+            run.path().display(),
+            t.steps,
+            t.eval_interval
+        )));
+    }
+    Ok(Cadence {
+        after_epoch,
+        first_step,
+        eval_interval: t.eval_interval,
+    })
 }
 
 /// burn-train's metrics, checkpointing, early stopping and output for this job.
@@ -224,7 +315,7 @@ fn configure(
     training: SupervisedTraining<Trainee>,
     job: &Job,
     mqar: bool,
-    resume_epoch: Option<usize>,
+    cadence: Cadence,
 ) -> SupervisedTraining<Trainee> {
     let t = &job.config.train;
     let lowest_valid_loss = || {
@@ -246,7 +337,7 @@ fn configure(
                 .build(),
         )
         .grads_accumulation(t.grad_accumulation)
-        .num_epochs(t.steps.div_ceil(t.eval_interval));
+        .num_epochs(cadence.after_epoch + (t.steps - cadence.first_step) / t.eval_interval);
     // MQAR scores only the query positions: accuracy there; perplexity is for text.
     training = if mqar {
         training.metrics((AccuracyMetric::new(),))
@@ -264,11 +355,11 @@ fn configure(
             },
         ));
     }
-    if let Some(epoch) = resume_epoch {
-        training = training.checkpoint(epoch);
+    if cadence.after_epoch > 0 {
+        training = training.checkpoint(cadence.after_epoch);
     }
     if !(job.standalone && std::io::stdout().is_terminal()) {
-        training = training.renderer(Box::new(QuietRenderer::new(t.eval_interval)));
+        training = training.renderer(Box::new(QuietRenderer::new(cadence)));
     }
     training
 }

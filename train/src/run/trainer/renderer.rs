@@ -9,20 +9,25 @@ use burn::train::renderer::{
     MetricsRendererTraining,
 };
 
-#[derive(Default)]
+use crate::run::history::Cadence;
+
 pub struct QuietRenderer {
     names: HashMap<MetricId, String>,
     train: Vec<(String, String)>,
     valid: Vec<(String, String)>,
     epochs: usize,
-    steps_per_epoch: usize,
+    /// Where this process's epochs start and how many steps each is.
+    cadence: Cadence,
 }
 
 impl QuietRenderer {
-    pub fn new(steps_per_epoch: usize) -> Self {
+    pub fn new(cadence: Cadence) -> Self {
         Self {
-            steps_per_epoch,
-            ..Self::default()
+            names: HashMap::new(),
+            train: Vec::new(),
+            valid: Vec::new(),
+            epochs: 0,
+            cadence,
         }
     }
 
@@ -89,18 +94,15 @@ impl TrainingProgressLogger for QuietRenderer {
     ) {
         self.epochs = total_epochs;
         if starting_epoch > 1 {
-            println!(
-                "resuming at step {}",
-                (starting_epoch - 1) * self.steps_per_epoch
-            );
+            println!("resuming at step {}", self.cadence.first_step);
         }
     }
 
     fn update_epoch(&mut self, epoch: usize) {
         println!(
             "step {:>6}/{}  train: {}  |  valid: {}",
-            epoch * self.steps_per_epoch,
-            self.epochs * self.steps_per_epoch,
+            self.cadence.step_at(epoch),
+            self.cadence.step_at(self.epochs),
             line(&self.train),
             line(&self.valid)
         );

@@ -11,18 +11,22 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use burn::train::logger::MetricLogger;
 use burn::train::metric::store::{EpochSummary, MetricsUpdate, Split};
 use burn::train::metric::{MetricDefinition, MetricId, NumericEntry};
-use burn::train::{
-    ApplicationLoggerInstaller, FileApplicationLoggerInstaller, Interrupter, SupervisedTraining,
-};
+use burn::train::{ApplicationLoggerInstaller, Interrupter, SupervisedTraining};
+use tracing_core::{Level, LevelFilter};
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::prelude::*;
+use tracing_subscriber::registry;
 
 use super::checkpoint::{AtomicCheckpointer, TrainingClock};
 use super::failure::Failure;
 use super::trainee::Trainee;
+use crate::run::history::Cadence;
 use crate::run::run_dir::RunDir;
 
 /// `training` with this run's writers, whose failures go to `failure`.
@@ -30,7 +34,7 @@ pub fn writers(
     training: SupervisedTraining<Trainee>,
     run: &RunDir,
     standalone: bool,
-    clock: TrainingClock,
+    progress: (TrainingClock, Cadence),
     failure: &Failure,
     interrupter: &Interrupter,
 ) -> Result<SupervisedTraining<Trainee>> {
@@ -38,7 +42,7 @@ pub fn writers(
         |name| AtomicCheckpointer::new(run.checkpoints(), name).with_failure(failure.clone());
     let training = training
         .with_custom_checkpointers(
-            checkpointer("model").with_clock(clock),
+            checkpointer("model").with_progress(progress.0, progress.1),
             checkpointer("optim"),
             checkpointer("scheduler"),
         )
@@ -51,25 +55,71 @@ pub fn writers(
         // The application logger is process-wide: only a process's one run has it.
         return Ok(training.with_application_logger(None));
     }
-    // burn-train's logger panics when it cannot create its file: it finds it made.
-    let log = run.path().join("experiment.log");
-    File::options()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .with_context(|| format!("cannot create {}", log.display()))?;
-    Ok(training.with_application_logger(Some(Box::new(ApplicationLog(log)))))
+    let log = ApplicationLog::open(run.path().join("experiment.log"), failure, interrupter)?;
+    Ok(training.with_application_logger(Some(Box::new(log))))
 }
 
-/// burn-train's `experiment.log`, with `hla`'s panic hook put back in front of the one it
-/// installs (which would print a banner before `hla`'s one message on a failed print).
-struct ApplicationLog(PathBuf);
+/// burn-train's `experiment.log`: its `tracing` events from INFO up, as its
+/// `FileApplicationLoggerInstaller` writes them, through a writer whose failure (a full disk)
+/// stops the run with the file's path, where `tracing` would drop it. `hla`'s panic hook
+/// stays (burn-train's would print a banner before `hla`'s one message).
+#[derive(Clone)]
+struct ApplicationLog {
+    path: PathBuf,
+    file: Arc<Mutex<File>>,
+    failure: Failure,
+    interrupter: Interrupter,
+}
+
+impl ApplicationLog {
+    fn open(path: PathBuf, failure: &Failure, interrupter: &Interrupter) -> Result<Self> {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(Self {
+            path,
+            file: Arc::new(Mutex::new(file)),
+            failure: failure.clone(),
+            interrupter: interrupter.clone(),
+        })
+    }
+}
+
+impl Write for ApplicationLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        file.write_all(buf).inspect_err(|e| {
+            self.failure
+                .record(format!("cannot write {}: {e}", self.path.display()));
+            self.interrupter
+                .stop(Some("the experiment log could not be written"));
+        })?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.lock().unwrap_or_else(|e| e.into_inner()).flush()
+    }
+}
 
 impl ApplicationLoggerInstaller for ApplicationLog {
     fn install(&self) -> Result<(), String> {
-        let installed = FileApplicationLoggerInstaller::new(&self.0).install();
-        crate::output::exit_on_failed_prints();
-        installed
+        let log = self.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || log.clone())
+            .with_filter(LevelFilter::INFO)
+            // As burn-train: wgpu's own INFO events would drown the rest.
+            .with_filter(filter_fn(|m| {
+                !(m.module_path().is_some_and(|p| p.starts_with("wgpu"))
+                    && *m.level() >= Level::INFO)
+            }));
+        registry()
+            .with(layer)
+            .try_init()
+            .map_err(|e| format!("cannot install the logger of {}: {e}", self.path.display()))
     }
 }
 

@@ -1,8 +1,11 @@
 //! `hla` under bad input and faults: preparations of the data cache at once (two real
 //! processes), failed and stale ones; size keys; usage mistakes and their exit status; I/O
-//! errors printed once. A full disk: `full_disk.rs`.
+//! errors printed once; what a run folder guarantees ([`run_folder`]). A full disk:
+//! `full_disk.rs`.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod run_folder;
 
 use std::fs::File;
 use std::path::Path;
