@@ -9,17 +9,20 @@
 //! identity changed since ([`identity`](crate::run::identity)) is an error unless `--force`
 //! starts it over.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
 use crate::run::config::RunConfig;
 use crate::run::devices;
+use crate::run::evaluate::Mode;
 use crate::run::experiment::{Experiment, Metric, PlannedRun};
 use crate::run::identity::{Change, Changes};
 use crate::run::plots;
 use crate::run::report::{self, Row};
-use crate::run::run_dir::RunDir;
+use crate::run::run_dir::{RunDir, write_atomic};
+use crate::run::run_eval::{Options, by_position_chart, by_position_series, evaluate_run};
 use crate::run::trainer::{Job, train};
 use crate::run::usage::UsageError;
 
@@ -48,6 +51,17 @@ pub struct Args {
     /// Train every run data-parallel on these devices, e.g. `flex,flex`; sets train.devices.
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     devices: Vec<String>,
+    /// Then evaluate every finished run by position (as `hla eval --by-position`) and draw
+    /// all of them on one chart, `loss-by-position-<context>.png` and `.svg`, with their
+    /// buckets in `by-position-<context>.json`, in the experiment's folder.
+    #[arg(long)]
+    by_position: bool,
+    /// With --by-position: tokens per window (default: each run's training context).
+    #[arg(long, requires = "by_position")]
+    context: Option<usize>,
+    /// With --by-position: the form that evaluates.
+    #[arg(long, value_enum, default_value_t = Mode::Recurrent, requires = "by_position")]
+    mode: Mode,
 }
 
 /// What a run needs.
@@ -112,6 +126,9 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     write_results(&experiment)?;
+    if args.by_position {
+        by_position(&experiment, args)?;
+    }
     if !failed.is_empty() {
         bail!(
             "{} of {} runs failed: {}",
@@ -211,6 +228,55 @@ fn print_plan(experiment: &Experiment, plans: &[Plan]) {
                 .join(" ")
         );
     }
+}
+
+/// Every finished run's loss by position, on one chart and in one JSON file.
+fn by_position(experiment: &Experiment, args: &Args) -> Result<()> {
+    let device = devices::parse(args.device.as_deref().unwrap_or(devices::default_name()))?;
+    let options = Options {
+        mode: args.mode,
+        context: args.context,
+        by_position: true,
+    };
+    let (mut series, mut buckets, mut contexts) = (Vec::new(), Vec::new(), BTreeSet::new());
+    for planned in &experiment.runs {
+        let run = RunDir::new(experiment.run_dir(&planned.name));
+        if !run.metrics().exists() {
+            continue;
+        }
+        let (evaluation, context) = evaluate_run(&run, options, &device)?;
+        series.push(by_position_series(&planned.name, &evaluation));
+        buckets.push(serde_json::json!({
+            "run": planned.name,
+            "context": context,
+            "loss": evaluation.loss,
+            "by_position": evaluation.by_position,
+        }));
+        contexts.insert(context);
+    }
+    let label = match (args.context, contexts.len()) {
+        (Some(context), _) => context.to_string(),
+        (None, 1) => contexts.first().expect("one").to_string(),
+        (None, _) => "training".to_string(),
+    };
+    let context = contexts.last().copied().unwrap_or_default();
+    let json = experiment.dir.join(format!("by-position-{label}.json"));
+    let text =
+        serde_json::to_string_pretty(&serde_json::json!({ "mode": args.mode, "runs": buckets }))?;
+    write_atomic(&json, text.as_bytes())?;
+    let name = format!("loss-by-position-{label}");
+    let charts = by_position_chart(&experiment.dir, &name, context, &series)?;
+    println!(
+        "loss by position of {} runs: {} and {}",
+        series.len(),
+        json.display(),
+        charts
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }
 
 /// results.md, results.csv and the charts, from the runs finished so far.

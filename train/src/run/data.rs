@@ -155,9 +155,15 @@ impl Data {
 
     /// Every validation token once (text) or the whole test set (MQAR), in order.
     pub fn full_pass(&self, config: &RunConfig) -> Result<Vec<LmItem>> {
+        self.full_pass_at(config.train.context)
+    }
+
+    /// [`full_pass`](Self::full_pass) in windows of `context` tokens (text; MQAR's sets
+    /// keep their own lengths).
+    pub fn full_pass_at(&self, context: usize) -> Result<Vec<LmItem>> {
         Ok(match self {
             Self::Text { tokens, valid, .. } => {
-                let pass = FullPass::new(tokens.clone(), valid.clone(), config.train.context)?;
+                let pass = FullPass::new(tokens.clone(), valid.clone(), context)?;
                 (0..pass.len())
                     .map(|i| pass.get(i).expect("in range"))
                     .collect()

@@ -1,6 +1,8 @@
 //! Scoring a model over a validation set: loss, perplexity and (MQAR) accuracy, with the
 //! serial recurrence or the chunked form.
 
+use std::collections::HashSet;
+
 use burn::data::dataloader::batcher::Batcher;
 use burn::prelude::*;
 use hla_data::batch::{LmBatch, LmBatcher};
@@ -20,7 +22,7 @@ pub enum Mode {
     Chunked,
 }
 
-#[derive(Serialize, Debug, Clone, Copy)]
+#[derive(Serialize, Debug, Clone)]
 pub struct Evaluation {
     pub mode: Mode,
     /// Mean cross-entropy per scored token (nats).
@@ -29,6 +31,39 @@ pub struct Evaluation {
     /// MQAR: exact-match accuracy per example, averaged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accuracy: Option<f64>,
+    pub tokens: usize,
+    /// The loss on the tokens that complete a bigram seen earlier in their window, and on
+    /// the rest.
+    pub recall: Recall,
+    /// The loss by position in the window, in buckets of powers of two, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_position: Option<Vec<Bucket>>,
+}
+
+/// The loss of a set of scored tokens.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+pub struct Part {
+    /// Mean cross-entropy (nats); 0 without tokens.
+    pub loss: f64,
+    pub tokens: usize,
+}
+
+/// Zoology's split of the loss (arXiv 2312.04927 §3): `hits` are the tokens that complete
+/// a bigram (input token, next token) that occurred earlier in the same window, the
+/// associative-recall tokens; `other` the rest.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+pub struct Recall {
+    pub hits: Part,
+    pub other: Part,
+}
+
+/// The loss of the tokens at positions `first..=last` of their window (the first target
+/// of a window, predicted from one token, is at position 1).
+#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+pub struct Bucket {
+    pub first: usize,
+    pub last: usize,
+    pub loss: f64,
     pub tokens: usize,
 }
 
@@ -42,6 +77,95 @@ impl Evaluation {
             print!("  accuracy {accuracy:.4}");
         }
         println!("  ({} tokens)", self.tokens);
+        let Recall { hits, other } = self.recall;
+        println!(
+            "  recall tokens: loss {:.4} ({} tokens); other tokens: loss {:.4} ({} tokens)",
+            hits.loss, hits.tokens, other.loss, other.tokens
+        );
+        if let Some(buckets) = &self.by_position {
+            println!("  {:>15}  {:>8}  {:>10}", "positions", "loss", "tokens");
+            for b in buckets {
+                let range = format!("{}-{}", b.first, b.last);
+                println!("  {range:>15}  {:>8.4}  {:>10}", b.loss, b.tokens);
+            }
+        }
+    }
+}
+
+/// Sums of the negative log-likelihood of scored tokens, split by recall and by position.
+#[derive(Default)]
+struct Tally {
+    hits: (f64, usize),
+    other: (f64, usize),
+    /// Bucket `k` holds positions `2^k ..= 2^(k+1) - 1`.
+    buckets: Vec<(f64, usize)>,
+    longest: usize,
+}
+
+impl Tally {
+    /// Adds the scored tokens of `item`, whose negative log-likelihoods are `nll`.
+    fn add(&mut self, item: &LmItem, nll: &[f32]) {
+        let mut seen = HashSet::new();
+        self.longest = self.longest.max(item.inputs.len());
+        for (t, (&input, &target)) in item.inputs.iter().zip(&item.targets).enumerate() {
+            // Every bigram counts as seen, scored or not.
+            let recall = !seen.insert((input, target));
+            if !item.mask[t] {
+                continue;
+            }
+            let x = f64::from(nll[t]);
+            let part = if recall {
+                &mut self.hits
+            } else {
+                &mut self.other
+            };
+            *part = (part.0 + x, part.1 + 1);
+            let k = (t + 1).ilog2() as usize;
+            if self.buckets.len() <= k {
+                self.buckets.resize(k + 1, (0.0, 0));
+            }
+            let bucket = &mut self.buckets[k];
+            *bucket = (bucket.0 + x, bucket.1 + 1);
+        }
+    }
+
+    fn part((sum, tokens): (f64, usize)) -> Part {
+        Part {
+            loss: if tokens == 0 {
+                0.0
+            } else {
+                sum / tokens as f64
+            },
+            tokens,
+        }
+    }
+
+    fn total(&self) -> (f64, usize) {
+        (self.hits.0 + self.other.0, self.hits.1 + self.other.1)
+    }
+
+    fn recall(&self) -> Recall {
+        Recall {
+            hits: Self::part(self.hits),
+            other: Self::part(self.other),
+        }
+    }
+
+    fn by_position(&self) -> Vec<Bucket> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, tokens))| *tokens > 0)
+            .map(|(k, &sums)| {
+                let Part { loss, tokens } = Self::part(sums);
+                Bucket {
+                    first: 1 << k,
+                    last: ((1 << (k + 1)) - 1).min(self.longest),
+                    loss,
+                    tokens,
+                }
+            })
+            .collect()
     }
 }
 
@@ -52,13 +176,22 @@ const RECURRENT_BATCH: usize = 256;
 /// Windows per batch of the chunked form.
 const CHUNKED_BATCH: usize = 64;
 
+/// What [`evaluate`] reports besides the loss.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Report {
+    /// MQAR's accuracy per example.
+    pub mqar: bool,
+    /// The loss by position.
+    pub by_position: bool,
+}
+
 /// Scores `items` (already in validation order) in batches, showing progress on stderr
 /// under `label`: each batch's rows go through the head's scoring, which on CPU devices
 /// keeps no `[rows, vocab]` logits.
 pub fn evaluate(
     lm: &Lm,
     items: &[LmItem],
-    mqar: bool,
+    report: Report,
     mode: Mode,
     device: &Device,
     label: &str,
@@ -69,7 +202,7 @@ pub fn evaluate(
     };
     let total = items.iter().map(|item| item.inputs.len()).sum();
     let mut progress = Progress::new(label, total, "tokens");
-    let (mut nll_sum, mut tokens) = (0.0f64, 0usize);
+    let mut tally = Tally::default();
     let mut per_example = Vec::new();
     for chunk in items.chunks(batch_size) {
         let batch = LmBatcher.batch(chunk.to_vec(), device);
@@ -87,11 +220,12 @@ pub fn evaluate(
             Mode::Recurrent => recurrent_scores(lm, &batch, &mut progress),
         };
         let (nll, hits) = scores;
-        let mask = batch.target_mask.clone();
-        nll_sum += (nll * mask.clone().float()).sum().into_scalar::<f32>() as f64;
-        let scored = bools(mask);
-        tokens += scored.iter().filter(|&&m| m).count();
-        if mqar {
+        let nll: Vec<f32> = nll.into_data().iter::<f32>().collect();
+        for (item, nll) in chunk.iter().zip(nll.chunks(time)) {
+            tally.add(item, nll);
+        }
+        if report.mqar {
+            let scored = bools(batch.target_mask.clone());
             let hits = bools(hits);
             for (h, m) in hits.chunks(time).zip(scored.chunks(time)) {
                 if m.contains(&true) {
@@ -101,14 +235,19 @@ pub fn evaluate(
         }
     }
     progress.finish();
-    let accuracy = mqar.then(|| per_example.iter().sum::<f64>() / per_example.len().max(1) as f64);
-    let loss = nll_sum / tokens.max(1) as f64;
+    let accuracy = report
+        .mqar
+        .then(|| per_example.iter().sum::<f64>() / per_example.len().max(1) as f64);
+    let (sum, tokens) = tally.total();
+    let loss = sum / tokens.max(1) as f64;
     Evaluation {
         mode,
         loss,
         perplexity: loss.exp(),
         accuracy,
         tokens,
+        recall: tally.recall(),
+        by_position: report.by_position.then(|| tally.by_position()),
     }
 }
 
@@ -154,4 +293,61 @@ fn recurrent_scores(
         }
     }
     (Tensor::cat(nll, 1), Tensor::cat(hits, 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(tokens: &[u32]) -> LmItem {
+        let n = tokens.len() - 1;
+        LmItem {
+            inputs: tokens[..n].to_vec(),
+            targets: tokens[1..].to_vec(),
+            mask: vec![true; n],
+        }
+    }
+
+    #[test]
+    fn recall_tokens_complete_a_bigram_seen_earlier_in_the_window() {
+        // a b a b c a b: the bigram (a, b) completes again at positions 3 and 6.
+        let (a, b, c) = (1, 2, 3);
+        let window = item(&[a, b, a, b, c, a, b]);
+        let nll = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut tally = Tally::default();
+        tally.add(&window, &nll);
+        let recall = tally.recall();
+        assert_eq!(
+            recall.hits,
+            Part {
+                loss: 4.5,
+                tokens: 2
+            }
+        );
+        assert_eq!(
+            recall.other,
+            Part {
+                loss: 3.0,
+                tokens: 4
+            }
+        );
+        // A second window starts with nothing seen.
+        tally.add(&item(&[a, b]), &[10.0]);
+        assert_eq!(tally.recall().hits.tokens, 2);
+        assert_eq!(tally.total(), (31.0, 7));
+    }
+
+    #[test]
+    fn positions_fall_in_buckets_of_powers_of_two() {
+        let mut tally = Tally::default();
+        let mut window = item(&[5, 6, 7, 8, 9, 10]);
+        window.mask[1] = false; // an unscored position counts nowhere
+        tally.add(&window, &[1.0, 100.0, 3.0, 5.0, 7.0]);
+        let buckets: Vec<(usize, usize, f64, usize)> = tally
+            .by_position()
+            .iter()
+            .map(|b| (b.first, b.last, b.loss, b.tokens))
+            .collect();
+        assert_eq!(buckets, [(1, 1, 1.0, 1), (2, 3, 3.0, 1), (4, 5, 6.0, 2)]);
+    }
 }

@@ -9,7 +9,7 @@ use hla_model::lm::{Lm, MixerKind};
 
 use super::config::RunConfig;
 use super::data::Data;
-use super::evaluate::{Mode, evaluate};
+use super::evaluate::{Mode, Report, evaluate};
 use super::history::History;
 use super::run_dir::{RunDir, write_atomic};
 
@@ -48,7 +48,11 @@ pub fn finish(
     };
     let items = data.full_pass(config)?;
     let label = format!("{mode:?} validation");
-    let evaluation = evaluate(lm, &items, data.is_mqar(), mode, device, &label);
+    let report = Report {
+        mqar: data.is_mqar(),
+        by_position: false,
+    };
+    let evaluation = evaluate(lm, &items, report, mode, device, &label);
     evaluation.print();
     let estimate = random_batch_estimate(lm, data, config, device)?;
     let seconds = done.seconds;
@@ -93,7 +97,7 @@ fn random_batch_estimate(
         return Ok(None);
     };
     let label = "Random-batch estimate";
-    let estimate = evaluate(lm, &items, false, Mode::Chunked, device, label);
+    let estimate = evaluate(lm, &items, Report::default(), Mode::Chunked, device, label);
     println!(
         "Random-batch estimate: loss {:.4}  ({} batches of random windows)",
         estimate.loss, config.train.eval_batches

@@ -15,5 +15,6 @@ pub mod plots;
 pub mod progress;
 pub mod report;
 pub mod run_dir;
+pub mod run_eval;
 pub mod trainer;
 pub mod usage;

@@ -267,57 +267,92 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// A log-log line chart (e.g. benchmark time against sequence length) as `<name>.png` and
-/// `<name>.svg` in `dir`; returns the files written.
-pub fn log_log(
+/// How the y axis of a line chart is scaled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YScale {
+    Linear,
+    Log,
+}
+
+/// A line chart with a log x axis (e.g. benchmark time against sequence length, or loss
+/// against position) as `<name>.png` and `<name>.svg` in `dir`; returns the files written.
+pub fn log_x(
     dir: &Path,
     name: &str,
     title: &str,
     axes: (&str, &str),
     series: &[Series],
+    y: YScale,
 ) -> Result<Vec<PathBuf>> {
     register_font();
     let png = dir.join(format!("{name}.png"));
     let svg = dir.join(format!("{name}.svg"));
     let draw_png = || {
-        log_log_on(
+        log_x_on(
             BitMapBackend::new(&png, SIZE).into_drawing_area(),
             title,
             axes,
             series,
+            y,
         )
     };
     draw_png().map_err(|e| e.context(format!("cannot draw {}", png.display())))?;
-    log_log_on(
+    log_x_on(
         SVGBackend::new(&svg, SIZE).into_drawing_area(),
         title,
         axes,
         series,
+        y,
     )
     .map_err(|e| e.context(format!("cannot draw {}", svg.display())))?;
     Ok(vec![png, svg])
 }
 
-fn log_log_on<DB: DrawingBackend>(
+fn log_x_on<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     title: &str,
     (x_desc, y_desc): (&str, &str),
     series: &[Series],
+    y: YScale,
 ) -> Result<()> {
     root.fill(&WHITE).map_err(fail)?;
     let all = || series.iter().flat_map(|s| s.points.iter());
     let (x_lo, x_hi) = min_max(all().map(|p| p.0)).unwrap_or((1.0, 10.0));
     let (y_lo, y_hi) = min_max(all().map(|p| p.1)).unwrap_or((1.0, 10.0));
-    let mut chart = ChartBuilder::on(&root)
+    let mut builder = ChartBuilder::on(&root);
+    builder
         .caption(title, ("sans-serif", 24))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(
-            (x_lo / 1.2..x_hi * 1.2).log_scale(),
-            (y_lo / 1.5..y_hi * 1.5).log_scale(),
-        )
-        .map_err(fail)?;
+        .y_label_area_size(70);
+    let x = (x_lo / 1.2..x_hi * 1.2).log_scale();
+    match y {
+        YScale::Log => {
+            let chart = builder
+                .build_cartesian_2d(x, (y_lo / 1.5..y_hi * 1.5).log_scale())
+                .map_err(fail)?;
+            lines(chart, (x_desc, y_desc), series)?;
+        }
+        YScale::Linear => {
+            let chart = builder
+                .build_cartesian_2d(x, padded(y_lo, y_hi))
+                .map_err(fail)?;
+            lines(chart, (x_desc, y_desc), series)?;
+        }
+    }
+    root.present().map_err(fail)
+}
+
+/// Each series as a line with its points, and the legend.
+fn lines<'a, DB: DrawingBackend + 'a, X, Y>(
+    mut chart: ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    (x_desc, y_desc): (&str, &str),
+    series: &[Series],
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
     chart
         .configure_mesh()
         .x_desc(x_desc)
@@ -336,6 +371,5 @@ fn log_log_on<DB: DrawingBackend>(
             .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, style.filled())))
             .map_err(fail)?;
     }
-    legend(&mut chart)?;
-    root.present().map_err(fail)
+    legend(&mut chart)
 }

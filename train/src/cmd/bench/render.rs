@@ -8,7 +8,7 @@ use hla_model::bench::Operator;
 use super::decode::DecodeRow;
 use super::operators::OperatorRow;
 use super::{RECURRENT_BACKWARD_MAX, Report, SEGMENT_SWEEP_TIME, SWEEP_TIME, passes};
-use crate::run::plots::{self, Series};
+use crate::run::plots::{self, Series, YScale};
 
 /// Median time against T, one line per operator and pass, log-log.
 pub(super) fn plot_times(dir: &std::path::Path, rows: &[OperatorRow]) -> Result<()> {
@@ -25,12 +25,13 @@ pub(super) fn plot_times(dir: &std::path::Path, rows: &[OperatorRow]) -> Result<
         }
     }
     let axes = ("sequence length T (log)", "median time, ms (log)");
-    plots::log_log(
+    plots::log_x(
         dir,
         "time-vs-T",
         "time against sequence length",
         axes,
         &series,
+        YScale::Log,
     )?;
     Ok(())
 }

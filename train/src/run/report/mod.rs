@@ -44,6 +44,9 @@ pub struct Row {
     pub best_accuracy: Option<f64>,
     /// nanoGPT's random-batch estimate at the end of training (text).
     pub estimate_loss: Option<f64>,
+    /// The final validation's split into recall tokens and the rest (runs of an `hla`
+    /// that records it).
+    pub recall: Option<Recall>,
     /// Validation loss against step, from metrics.csv.
     pub curve: Vec<(usize, f64)>,
 }
@@ -66,6 +69,21 @@ struct Summary {
 struct Validation {
     loss: f64,
     accuracy: Option<f64>,
+    recall: Option<Recall>,
+}
+
+/// The loss on tokens that complete a bigram seen earlier in their window, and on the
+/// rest (`hla eval`'s recall split).
+#[derive(Deserialize, Debug, Clone, Copy)]
+pub struct Recall {
+    pub hits: Part,
+    pub other: Part,
+}
+
+#[derive(Deserialize, Debug, Clone, Copy)]
+pub struct Part {
+    pub loss: f64,
+    pub tokens: usize,
 }
 
 #[derive(Deserialize)]
@@ -127,6 +145,7 @@ impl Row {
             // burn-train logs accuracy in percent.
             best_accuracy: best(&valid("accuracy"), f64::max).map(|a| a / 100.0),
             estimate_loss: summary.random_batch_estimate.map(|e| e.loss),
+            recall: summary.validation.recall,
             curve,
         }))
     }

@@ -84,6 +84,27 @@ fn columns(rows: &[Row]) -> Vec<Column> {
             cell: |r| r.estimate_loss.map(|v| format!("{v:.4}")),
         });
     }
+    if any(|r| r.recall.is_some()) {
+        columns.extend([
+            Column {
+                header: "recall loss",
+                cell: |r| r.recall.map(|x| format!("{:.4}", x.hits.loss)),
+            },
+            Column {
+                header: "other loss",
+                cell: |r| r.recall.map(|x| format!("{:.4}", x.other.loss)),
+            },
+            Column {
+                header: "recall share",
+                cell: |r| {
+                    r.recall.map(|x| {
+                        let all = (x.hits.tokens + x.other.tokens).max(1);
+                        format!("{:.3}", x.hits.tokens as f64 / all as f64)
+                    })
+                },
+            },
+        ]);
+    }
     if any(Row::is_mqar) {
         columns.extend([
             Column {
@@ -246,12 +267,13 @@ pub fn csv(rows: &[Row]) -> String {
     let mut out = String::from(
         "name,group,mixer,d_model,n_layers,short_conv,lr,seq_len,kv_pairs,params,state_floats,\
          steps,wall_seconds,tokens_per_second,final_loss,final_accuracy,best_loss,\
-         best_accuracy,estimate_loss\n",
+         best_accuracy,estimate_loss,recall_loss,recall_tokens,other_loss,other_tokens\n",
     );
     for r in rows {
+        let recall = |f: fn(&super::Recall) -> String| r.recall.as_ref().map(f).unwrap_or_default();
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.name,
             r.group,
             r.mixer,
@@ -271,6 +293,10 @@ pub fn csv(rows: &[Row]) -> String {
             opt(r.best_loss),
             opt(r.best_accuracy),
             opt(r.estimate_loss),
+            recall(|x| x.hits.loss.to_string()),
+            recall(|x| x.hits.tokens.to_string()),
+            recall(|x| x.other.loss.to_string()),
+            recall(|x| x.other.tokens.to_string()),
         );
     }
     out
@@ -305,6 +331,7 @@ mod tests {
             best_loss: Some(loss),
             best_accuracy: None,
             estimate_loss: Some(loss + 0.01),
+            recall: None,
             curve: vec![(1000, loss + 0.5), (2000, loss)],
         }
     }
