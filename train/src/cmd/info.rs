@@ -67,7 +67,7 @@ pub fn run(args: &Args) -> Result<()> {
         for (i, (size, kind)) in sizes.iter().zip(lm.mixers()).enumerate() {
             println!("#   layer {i:<2} {:<7} {size}{}", kind.name(), cache(kind));
         }
-        println!("#   total          {}", sizes.iter().sum::<usize>());
+        println!("#   total            {}", sizes.iter().sum::<usize>());
     } else {
         println!(
             "# state per layer   {} floats per sequence{}",

@@ -75,7 +75,7 @@ fn write_weights(config: &RunConfig, lm: &Lm, out: &Path, format: Format) -> Res
             let path = out.join("model.safetensors");
             let mut store = SafetensorsStore::from_file(&path)
                 .metadata("format", "hla")
-                .metadata("mixer", &config.model.mixer_label());
+                .metadata("mixer", config.model.mixer_label());
             lm.save_into(&mut store)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             Ok(path)
