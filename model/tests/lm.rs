@@ -100,6 +100,58 @@ fn prefill_then_step_equals_full_forward() {
     }
 }
 
+/// Hybrid stacks, a mixer per layer: every mixer in one stack, with the ratio
+/// normalisation and without (then linear attention's features differ from HLA's), gated,
+/// and softmax first: prefill then serial steps equal the chunked forward, and each
+/// layer's state is its own (the KV cache grows, the others do not).
+#[test]
+fn hybrid_stacks_step_as_they_run_chunked() {
+    use MixerKind::{Ahla, Hla2, Hla3, Linear, Softmax};
+    let every = vec![Hla2, Hla3, Ahla, Linear, Softmax];
+    let hybrid = |layers: Vec<MixerKind>| {
+        tiny(Hla2)
+            .with_n_layers(layers.len())
+            .with_layers(Some(layers))
+    };
+    let configs = [
+        hybrid(every.clone()),
+        hybrid(every.clone()).with_normalize(Some(false)),
+        hybrid(vec![Softmax, Hla2, Hla2]).with_decay(DecayKind::Gated),
+    ];
+    for device in devices() {
+        for config in &configs {
+            config.validate().unwrap();
+            let model = config.init(&device);
+            let ids = tokens(&mut Rng::new(4), 2, 21, config.vocab_size, &device);
+            let full = model.forward(ids.clone());
+            let mut state = model.init_state(2);
+            let mut parts = vec![model.prefill(ids.clone().slice(s![.., 0..9]), &mut state)];
+            for t in 9..21 {
+                let token = ids.clone().slice(s![.., t..=t]).squeeze_dim(1);
+                parts.push(model.step(token, &mut state).unsqueeze_dim(1));
+            }
+            let err = rel_rms(&Tensor::cat(parts, 1), &full);
+            assert!(
+                err <= TOL,
+                "{}: serial vs chunked {err:.3e}",
+                config.mixer_label()
+            );
+        }
+        let model = configs[0].init(&device);
+        let (short, long) = (model.state_sizes(10), model.state_sizes(20));
+        for (i, kind) in every.iter().enumerate() {
+            let one = tiny(*kind).init(&device).state_sizes(10)[0];
+            assert_eq!(short[i], one, "layer {i}: {kind:?}'s state");
+            assert_eq!(long[i] > short[i], *kind == Softmax, "layer {i}: {kind:?}");
+        }
+    }
+    assert_eq!(configs[0].mixer_label(), "hla2+hla3+ahla+linear+softmax");
+    assert_eq!(
+        hybrid(vec![Hla2, Hla2, Softmax]).mixer_label(),
+        "hla2×2+softmax"
+    );
+}
+
 /// Checks each parameter's gradient: present, finite and not all zero.
 struct GradCheck<'a> {
     grads: &'a GradientsParams,
@@ -283,7 +335,7 @@ fn state_size_is_constant_except_for_softmax() {
     let (d, h) = (32, 2);
     let dh = d / h;
     let conv = 3 * 3 * d; // (kernel − 1) × channels of q, k, v
-    let size = |config: LmConfig| config.init(device).state_size(1000);
+    let size = |config: LmConfig| config.init(device).state_sizes(1000)[0];
     let plain = |mixer| tiny(mixer).with_normalize(Some(false));
     assert_eq!(size(plain(MixerKind::Linear)), h * dh * dh + conv);
     assert_eq!(size(plain(MixerKind::Hla2)), h * (dh * dh + dh * dh) + conv);
@@ -343,6 +395,22 @@ fn invalid_configs_name_the_key() {
         ),
         (tiny(MixerKind::Hla2).with_dropout(1.5), "dropout"),
         (tiny(MixerKind::Softmax).with_n_heads(32), "n_heads"),
+        // Two layers, one mixer named.
+        (
+            tiny(MixerKind::Hla2).with_layers(Some(vec![MixerKind::Hla2])),
+            "layers",
+        ),
+        (
+            tiny(MixerKind::Linear).with_layers(Some(vec![MixerKind::Hla2; 2])),
+            "mixer",
+        ),
+        // A softmax layer among HLA layers needs an even head dimension too.
+        (
+            tiny(MixerKind::Hla2)
+                .with_n_heads(32)
+                .with_layers(Some(vec![MixerKind::Hla2, MixerKind::Softmax])),
+            "n_heads",
+        ),
     ];
     for (config, key) in bad {
         let err = config.validate().expect_err(key).to_string();

@@ -4,7 +4,8 @@
 It reads every fact from the export's config.json (tensor names, shapes, epsilons, the
 decay of each head, the order of operations; the format: docs/export.md),
 loads model.safetensors and runs the model token by token with the serial recurrence
-(a KV cache for softmax attention), in float64.
+(a KV cache for softmax attention), in float64. Each layer has its own mixer in a hybrid
+stack (version 2); a version 1 export has one mixer for every layer.
 
     python3 hla_reference.py EXPORT generate --prompt "ROMEO:" --max-tokens 100
     python3 hla_reference.py EXPORT eval --corpus input.txt [--json]
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file
 
-FORMAT, VERSION = "hla-export", 1
+FORMAT, VERSIONS = "hla-export", (1, 2)
 
 
 def silu(x):
@@ -77,10 +78,11 @@ class Model:
     def __init__(self, folder):
         folder = Path(folder)
         self.config = json.loads((folder / "config.json").read_text())
-        if (self.config.get("format"), self.config.get("version")) != (FORMAT, VERSION):
-            sys.exit(f"{folder} is not an {FORMAT} version {VERSION} export")
+        if self.config.get("format") != FORMAT or self.config.get("version") not in VERSIONS:
+            sys.exit(f"{folder} is not an {FORMAT} export of version {VERSIONS}")
         self.arch = self.config["architecture"]
-        self.mixer = self.arch["mixer"]
+        # Version 1 has no `mixers`: its one `mixer` describes every layer.
+        self.mixers = self.arch.get("mixers") or [self.arch["mixer"]] * self.arch["layers"]
         self.weights = {
             name: tensor.astype(np.float64)
             for name, tensor in load_file(folder / "model.safetensors").items()
@@ -107,7 +109,8 @@ class Model:
         if positions["kind"] == "learned":
             x = x + self.tensor(positions["weight"])[state["t"]]
         for layer, memory in enumerate(state["layers"]):
-            x = x + self.mix(self.norm(x, self.mixer["norm"], layer), memory, layer, state["t"])
+            m = self.mixers[layer]
+            x = x + self.mix(self.norm(x, m["norm"], layer), m, memory, layer, state["t"])
             mlp = self.arch["mlp"]
             if mlp is not None:
                 x = x + self.feed_forward(self.norm(x, mlp["norm"], layer), mlp, layer)
@@ -127,8 +130,7 @@ class Model:
             hidden = gelu(x @ self.tensor(mlp["w"]["weight"], layer))
         return hidden @ self.tensor(mlp["down"]["weight"], layer)
 
-    def mix(self, x, memory, layer, t):
-        m = self.mixer
+    def mix(self, x, m, memory, layer, t):
         q, k, v = (x @ self.tensor(m[name]["weight"], layer) for name in ("q", "k", "v"))
         if m["short_conv"] is not None:
             conv = self.tensor(m["short_conv"]["weight"], layer)
@@ -143,16 +145,16 @@ class Model:
         k = np.broadcast_to(k.reshape(batch, -1, d_head), q.shape)
         v = v.reshape(batch, heads, d_head)
         if m["kind"] == "softmax":
-            o = self.attend(q, k, v, memory, t)
+            o = self.attend(q, k, v, m, memory, t)
         else:
-            o = self.recur(x, q, k, v, memory, layer)
+            o = self.recur(x, q, k, v, m, memory, layer)
         o = o.reshape(batch, heads * d_head)
         if m["output_gate"] is not None:
             o = o * silu(x @ self.tensor(m["output_gate"]["weight"], layer))
         return o @ self.tensor(m["out"]["weight"], layer)
 
-    def attend(self, q, k, v, memory, t):
-        rope = self.mixer["rope"]
+    def attend(self, q, k, v, m, memory, t):
+        rope = m["rope"]
         if rope is not None:
             q, k = turn(q, t, rope["base"]), turn(k, t, rope["base"])
         empty = np.zeros(q.shape[:2] + (0, q.shape[2]))
@@ -163,10 +165,9 @@ class Model:
         weights /= weights.sum(-1, keepdims=True)
         return np.einsum("bhj,bhjd->bhd", weights, values)
 
-    def recur(self, x, q, k, v, memory, layer):
-        m = self.mixer
+    def recur(self, x, q, k, v, m, memory, layer):
         q, k = feature_map(m["feature_map"], q, True), feature_map(m["feature_map"], k, False)
-        g = self.gates(x, layer)[:, :, None, None]
+        g = self.gates(x, m, layer)[:, :, None, None]
         if m["denominator"] is not None:
             v = np.concatenate([v, np.ones(v.shape[:-1] + (1,))], -1)
         d, dv = q.shape[-1], v.shape[-1]
@@ -205,9 +206,9 @@ class Model:
             o = o / np.sqrt(np.mean(o * o, -1, keepdims=True) + norm["epsilon"]) * gamma
         return o
 
-    def gates(self, x, layer):
-        """`g_t` of every head, `[batch, heads]`."""
-        decay, heads = self.mixer["decay"], self.mixer["heads"]
+    def gates(self, x, m, layer):
+        """`g_t` of every head, `[batch, heads]`, in a layer with mixer `m`."""
+        decay, heads = m["decay"], m["heads"]
         if decay["kind"] == "none":
             return np.ones((len(x), heads))
         if decay["kind"] == "fixed":

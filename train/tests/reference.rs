@@ -1,7 +1,7 @@
 //! The export against an independent implementation: `train/python/hla_reference.py`
 //! (NumPy, written from the export's config.json alone) reproduces `hla generate
 //! --temperature 0` token for token and `hla eval`'s loss within 1e-5, for every mixer and
-//! option a model trained here can have.
+//! option a model trained here can have, and hybrid stacks (a mixer per layer).
 //!
 //! It needs `python3` with numpy and safetensors (`pip install numpy safetensors`). Without
 //! them it says so and passes, unless `HLA_REQUIRE_PYTHON` is set (CI sets it), when it
@@ -128,6 +128,24 @@ fn the_reference_reproduces_every_mixer() {
                 "model.short_conv=0",
                 "model.tie_embeddings=false",
                 "model.decay_base=1.5",
+            ],
+        ),
+        // Hybrid stacks: every mixer in one, and HLA and linear attention with their own
+        // feature maps (no denominator) around softmax attention.
+        (
+            "hla2",
+            &[
+                "model.n_layers=5",
+                "model.layers=[\"hla2\", \"hla3\", \"ahla\", \"linear\", \"softmax\"]",
+            ],
+        ),
+        (
+            "hla2",
+            &[
+                "model.n_layers=3",
+                "model.layers=[\"linear\", \"softmax\", \"hla2\"]",
+                "model.normalize=false",
+                "model.decay=gated",
             ],
         ),
     ];

@@ -1,5 +1,6 @@
 //! The language model: token embedding, pre-norm blocks whose token mixer is chosen by
-//! the config (HLA, linear attention or softmax attention), final RMSNorm, output head.
+//! the config per layer (HLA, linear attention or softmax attention), final RMSNorm,
+//! output head.
 //!
 //! Three ways to run, on the same weights: [`Lm::forward`] (chunk-parallel, training),
 //! [`Lm::prefill`] (chunk-parallel over a prompt, keeping the state) and [`Lm::step`]
@@ -46,7 +47,8 @@ pub struct Lm {
     form: Form,
 }
 
-/// The per-sequence state of every layer between [`Lm::prefill`] and [`Lm::step`] calls.
+/// The per-sequence state of every layer between [`Lm::prefill`] and [`Lm::step`] calls:
+/// each layer's own, an HLA state or a KV cache by its mixer.
 #[derive(Debug, Clone)]
 pub struct LmState {
     batch: usize,
@@ -149,11 +151,15 @@ impl Lm {
         self.blocks.len()
     }
 
-    /// Floats of recurrent state per sequence, per layer, after `context` tokens (constant
-    /// for HLA and linear attention; the KV cache of softmax attention grows).
-    pub fn state_size(&self, context: usize) -> usize {
+    /// Floats of recurrent state per sequence of each layer, first layer first, after
+    /// `context` tokens (constant for HLA and linear attention; the KV cache of softmax
+    /// attention grows).
+    pub fn state_sizes(&self, context: usize) -> Vec<usize> {
         let device = self.embedding.devices()[0].clone();
-        self.blocks[0].state_size(context, &device)
+        self.blocks
+            .iter()
+            .map(|block| block.state_size(context, &device))
+            .collect()
     }
 
     /// Rows `start..start + time` of the learned positions, `[1, time, d_model]`.

@@ -2,10 +2,14 @@
 //! with its per-parameter gradient-norm clipping, as one CPU kernel per parameter on CPU
 //! devices ([`cpu`]): Burn's runs about fifteen elementwise ops per parameter. Elsewhere,
 //! and as the test oracle, Burn's own. The state is Burn's `AdamWState`, so optimizer
-//! checkpoints are the same either way.
+//! checkpoints are the same either way. The clipping of the global norm of all gradients
+//! ([`clip_global_norm`]) runs before it, once per step.
 
+mod clip;
 #[cfg(cpu_kernels)]
 pub(crate) mod cpu;
+
+pub use clip::{CLIP_EPS, clip_global_norm};
 
 use burn::grad_clipping::GradientClipping;
 use burn::optim::{AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, Optimizer};
@@ -22,7 +26,8 @@ pub struct AdamW {
     pub epsilon: f32,
     /// Decoupled weight decay `λ`.
     pub weight_decay: f32,
-    /// Scale each parameter's gradient down to at most this L2 norm.
+    /// Scale each parameter's gradient down to at most this L2 norm (each on its own; the
+    /// global norm is [`clip_global_norm`]'s).
     pub clip_norm: Option<f32>,
 }
 

@@ -54,14 +54,26 @@ pub fn run(args: &Args) -> Result<()> {
     println!("# parameters        {}", model.num_params());
     println!("# devices           {}", config.train.describe_devices());
     let context = config.train.context;
-    println!(
-        "# state per layer   {} floats per sequence{}",
-        model.state_size(context),
-        if lm.mixer == MixerKind::Softmax {
+    let sizes = model.state_sizes(context);
+    let cache = |kind: MixerKind| {
+        if kind == MixerKind::Softmax {
             format!(" (KV cache at {context} tokens)")
         } else {
             String::new()
         }
-    );
+    };
+    if lm.is_hybrid() {
+        println!("# state per layer   floats per sequence");
+        for (i, (size, kind)) in sizes.iter().zip(lm.mixers()).enumerate() {
+            println!("#   layer {i:<2} {:<7} {size}{}", kind.name(), cache(kind));
+        }
+        println!("#   total            {}", sizes.iter().sum::<usize>());
+    } else {
+        println!(
+            "# state per layer   {} floats per sequence{}",
+            sizes[0],
+            cache(lm.mixers()[0])
+        );
+    }
     Ok(())
 }

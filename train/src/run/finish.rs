@@ -40,8 +40,9 @@ pub fn finish(
         .context("cannot serialise the model")?;
     write_atomic(&run.model(), &weights)?;
 
-    // The end-of-training validation uses the recurrence for HLA and linear attention.
-    let mode = if config.model.mixer == MixerKind::Softmax {
+    // The end-of-training validation uses the recurrence for stacks of HLA and linear
+    // attention only.
+    let mode = if config.model.has(MixerKind::Softmax) {
         Mode::Chunked
     } else {
         Mode::Recurrent
@@ -59,13 +60,14 @@ pub fn finish(
     let tokens = (done.steps_timed * t.grad_accumulation * t.batch_size) as f64
         * data.tokens_per_item(config);
     let context = config.sequence_length()?;
-    let state_per_layer = lm.state_size(context);
+    let states = lm.state_sizes(context);
     let summary = serde_json::json!({
-        "mixer": config.model.mixer.name(),
+        "mixer": config.model.mixer_label(),
+        "layers": config.model.mixers().iter().map(MixerKind::name).collect::<Vec<_>>(),
         "parameters": lm.num_params(),
         "context": context,
-        "state_floats_per_layer": state_per_layer,
-        "state_floats_per_sequence": state_per_layer * config.model.n_layers,
+        "state_floats_per_layer": states.iter().max(),
+        "state_floats_per_sequence": states.iter().sum::<usize>(),
         "steps": t.steps,
         "wall_seconds": seconds,
         "tokens_per_second": tokens / seconds,

@@ -50,7 +50,7 @@ impl Bench {
                 rows.push(DecodeRow {
                     mixer: mixer.name().into(),
                     position,
-                    state_bytes: lm.state_size(position) * lm.num_layers() * size_of::<f32>(),
+                    state_bytes: lm.state_sizes(position).iter().sum::<usize>() * size_of::<f32>(),
                     timing: Timing::of(runs, None),
                 });
             }

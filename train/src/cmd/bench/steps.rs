@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use burn::data::dataloader::batcher::Batcher;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
+use burn::train::TrainStep;
 use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::windows::LmItem;
 use hla_model::lm::{LmConfig, MixerKind, MlpKind, NormKind, Positions};
@@ -151,6 +152,7 @@ impl Case {
             lm,
             guard: NanGuard::default(),
             gradient_scale: 1.0,
+            global_clip: TrainSection::default().global_clip(),
         };
         let optimizer = crate::run::trainer::optim::optimizer(&TrainSection::default(), &trainee);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -196,7 +198,7 @@ impl Case {
         wait()?;
         let backward = start.elapsed().as_secs_f64() - forward;
         let lr = TrainSection::default().lr;
-        let trainee = self.optimizer.step(lr, trainee, grads);
+        let trainee = trainee.optimize(&mut self.optimizer, lr.into(), grads);
         wait()?;
         let optimizer = start.elapsed().as_secs_f64() - forward - backward;
         self.trainee = Some(trainee);

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use hla_data::config::{DataConfig, Task};
-use hla_model::lm::{LmConfig, MixerKind};
+use hla_model::lm::{FeatureMap, LmConfig, MixerKind};
 use serde::{Deserialize, Serialize};
 
 use super::usage::UsageError;
@@ -124,13 +124,28 @@ impl RunConfig {
 /// Writes out the mixer's defaults of the keys whose default depends on the mixer
 /// (`feature_map`, `normalize`, `output_norm`), so that a recorded run says what it
 /// trained whatever later defaults become; softmax attention uses none of them and keeps
-/// its feature map unset.
+/// its feature map unset. In a hybrid stack, the defaults of its HLA and linear-attention
+/// layers: the feature map only where they agree on it (linear attention's and HLA's
+/// differ without the denominator), else each layer keeps its own.
 fn resolve_defaults(model: &mut LmConfig) {
-    model.normalize = Some(model.resolved_normalize());
-    model.output_norm = Some(model.resolved_output_norm());
-    if model.mixer != MixerKind::Softmax {
-        model.feature_map = Some(model.resolved_feature_map());
+    let recurrent: Vec<LmConfig> = model
+        .mixers()
+        .into_iter()
+        .filter(|kind| *kind != MixerKind::Softmax)
+        .map(|kind| model.for_mixer(kind))
+        .collect();
+    let layer = recurrent.first().unwrap_or(&*model);
+    let (normalize, output_norm) = (layer.resolved_normalize(), layer.resolved_output_norm());
+    let maps: Vec<FeatureMap> = recurrent
+        .iter()
+        .map(LmConfig::resolved_feature_map)
+        .collect();
+    let feature_map = maps.first().filter(|map| maps.iter().all(|m| m == *map));
+    if let Some(map) = feature_map {
+        model.feature_map = Some(*map);
     }
+    model.normalize = Some(normalize);
+    model.output_norm = Some(output_norm);
 }
 
 /// serde's message for a value that is not a size, in words.

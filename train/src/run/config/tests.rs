@@ -2,6 +2,7 @@
 
 use hla_model::lm::{FeatureMap, LmConfig};
 
+use super::train::Clip;
 use super::*;
 
 const FILE: &str = "[model]\nmixer = \"hla3\"\n\n[data]\ncorpus = \"tinyshakespeare\"\n";
@@ -51,6 +52,78 @@ fn mixer_dependent_defaults_are_written_out() {
     ] {
         assert!(recorded.contains(key), "{key} not in\n{recorded}");
     }
+}
+
+/// `model.layers` names a mixer per layer, as many as `n_layers`, with `model.mixer` left
+/// out; the recorded file reads back the same hybrid, and each recurrent layer keeps its
+/// own feature map where their defaults differ.
+#[test]
+fn hybrid_stacks_name_a_mixer_per_layer() {
+    const HYBRID: &str =
+        "[model]\nlayers = [\"hla2\", \"hla2\", \"hla2\", \"softmax\"]\n[data]\ncorpus = \"x\"\n";
+    let config = RunConfig::parse(HYBRID, &[]).unwrap();
+    let (hla2, softmax) = (MixerKind::Hla2, MixerKind::Softmax);
+    assert_eq!(config.model.mixers(), [hla2, hla2, hla2, softmax]);
+    assert_eq!(config.model.mixer_label(), "hla2×3+softmax");
+    let recorded = config.to_toml();
+    assert!(recorded.contains("layers = ["), "{recorded}");
+    assert_eq!(RunConfig::parse(&recorded, &[]).unwrap(), config);
+    assert_eq!(config.model.feature_map, Some(FeatureMap::EluPlusOne));
+    let mixed = ["model.n_layers=2", "model.layers=[\"linear\", \"hla2\"]"];
+    let mut sets: Vec<String> = mixed.map(String::from).to_vec();
+    sets.push("model.normalize=false".into());
+    assert_eq!(
+        RunConfig::parse(HYBRID, &sets).unwrap().model.feature_map,
+        None
+    );
+    for (set, message) in [
+        (
+            "model.n_layers=3",
+            "model.layers must be one mixer name per layer (n_layers of them), got 4 names for \
+             n_layers = 3",
+        ),
+        (
+            "model.mixer=softmax",
+            "model.mixer must be left out when layers gives each layer's mixer",
+        ),
+        (
+            "model.layers=[\"hla2\", \"mamba\", \"hla2\", \"hla2\"]",
+            "model.layers: \"mamba\" is not one of hla2",
+        ),
+    ] {
+        let err = RunConfig::parse(HYBRID, &[set.into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(message), "{set}: {err}");
+    }
+}
+
+/// The global clip is the default and in every recorded config; `parameter` reads back.
+#[test]
+fn the_clip_is_global_unless_set() {
+    let config = RunConfig::parse(FILE, &[]).unwrap();
+    assert_eq!(config.train.clip, Clip::Global);
+    assert_eq!(config.train.global_clip(), Some(1.0));
+    assert!(config.to_toml().contains("clip = \"global\""));
+    let sets = ["train.clip=parameter".into(), "train.grad_clip=0.5".into()];
+    let parameter = RunConfig::parse(FILE, &sets).unwrap();
+    assert_eq!(parameter.train.clip, Clip::Parameter);
+    assert_eq!(
+        (
+            parameter.train.global_clip(),
+            parameter.train.parameter_clip()
+        ),
+        (None, Some(0.5))
+    );
+    assert_eq!(
+        RunConfig::parse(&parameter.to_toml(), &[]).unwrap(),
+        parameter
+    );
+    let off = RunConfig::parse(FILE, &["train.grad_clip=0".into()]).unwrap();
+    assert_eq!(
+        (off.train.global_clip(), off.train.parameter_clip()),
+        (None, None)
+    );
 }
 
 #[test]
@@ -111,6 +184,10 @@ fn mistakes_name_the_key_and_the_place() {
             "model.decay_base must be positive and finite",
         ),
         ("model.norm=\"batch\"", "\"batch\" is not one of rms, layer"),
+        (
+            "train.clip=\"norm\"",
+            "train.clip: \"norm\" is not one of global, parameter",
+        ),
     ] {
         let mut sets = vec![set.to_string()];
         if set.starts_with("train.context") {

@@ -25,8 +25,10 @@ pub struct TrainSection {
     pub weight_decay: f64,
     pub beta1: f64,
     pub beta2: f64,
-    /// Gradient-norm clip; 0 turns it off.
+    /// The gradient-norm limit of the clipping `clip` says; 0 turns clipping off.
     pub grad_clip: f64,
+    /// Which norm `grad_clip` limits.
+    pub clip: Clip,
     /// Batches per optimiser step; the gradient is their mean.
     pub grad_accumulation: usize,
     /// Steps between validations, each followed by a checkpoint.
@@ -43,6 +45,17 @@ pub struct TrainSection {
     pub devices: Vec<String>,
     /// How several devices train together.
     pub strategy: Strategy,
+}
+
+/// What `train.grad_clip` limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clip {
+    /// The L2 norm of all of a step's gradients together, as PyTorch's `clip_grad_norm_`
+    /// and nanoGPT: past the limit, every gradient is scaled by one factor.
+    Global,
+    /// Each parameter's gradient norm on its own (Burn's `GradientClipping::Norm`; the
+    /// project's runs before the global clip).
+    Parameter,
 }
 
 /// burn-train's execution strategy for several devices.
@@ -77,6 +90,42 @@ impl FromStr for Strategy {
     }
 }
 
+impl Clip {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Global => "global",
+            Self::Parameter => "parameter",
+        }
+    }
+}
+
+impl FromStr for Clip {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "global" => Ok(Self::Global),
+            "parameter" => Ok(Self::Parameter),
+            other => Err(format!("{other:?} is not one of global, parameter")),
+        }
+    }
+}
+
+/// By its name in config files.
+impl Serialize for Clip {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Clip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// By its name in config files.
 impl Serialize for Strategy {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -105,6 +154,7 @@ impl Default for TrainSection {
             beta1: 0.9,
             beta2: 0.99,
             grad_clip: 1.0,
+            clip: Clip::Global,
             grad_accumulation: 1,
             eval_interval: 250,
             eval_batches: 20,
@@ -198,6 +248,16 @@ impl TrainSection {
             );
         }
         Ok(())
+    }
+
+    /// The limit of the global gradient norm, when the run clips it.
+    pub fn global_clip(&self) -> Option<f64> {
+        (self.clip == Clip::Global && self.grad_clip > 0.0).then_some(self.grad_clip)
+    }
+
+    /// The limit of each parameter's gradient norm, when the run clips them one by one.
+    pub fn parameter_clip(&self) -> Option<f64> {
+        (self.clip == Clip::Parameter && self.grad_clip > 0.0).then_some(self.grad_clip)
     }
 
     /// Examples each device computes per batch.

@@ -10,25 +10,53 @@ use hla_model::lm::{
     DENOMINATOR_EPS, DecayKind, FeatureMap, GATE_TEMPERATURE, L2_EPS, LmConfig, MixerKind, MlpKind,
     NormKind, Positions,
 };
+use hla_model::optim::CLIP_EPS;
 use serde_json::{Value, json};
 
 use crate::run::config::RunConfig;
 
-/// The version of the format; a change that breaks readers raises it.
-pub const VERSION: u32 = 1;
+/// The version of the format; a change that breaks readers raises it. Version 2 added
+/// hybrid stacks: `architecture.mixers`, each layer's mixer.
+pub const VERSION: u32 = 2;
+
+/// The version of an export of a uniform stack: what version 1 readers run, since its
+/// `architecture.mixer` describes every layer as before.
+const UNIFORM_VERSION: u32 = 1;
 
 /// `config.json` for a run's model with `vocab_size` tokens.
 pub fn describe(config: &RunConfig, vocab_size: usize) -> anyhow::Result<Value> {
     let lm = config.lm_config(vocab_size);
     Ok(json!({
         "format": "hla-export",
-        "version": VERSION,
+        "version": if lm.is_hybrid() { VERSION } else { UNIFORM_VERSION },
         "vocab_size": vocab_size,
         "model": LmConfig::serialize(&config.model, serde_json::value::Serializer)?,
         "lm_config": serde_json::to_value(&lm)?,
         "architecture": architecture(&lm),
         "evaluation": evaluation(config)?,
+        "training": training(config),
     }))
+}
+
+/// How the run trained, as far as it tells what the weights are: the clipping of its
+/// gradients.
+fn training(config: &RunConfig) -> Value {
+    let t = &config.train;
+    json!({
+        "grad_clip": t.grad_clip,
+        "clip": t.clip.name(),
+        "clip_formula": match (t.grad_clip > 0.0, t.clip.name()) {
+            (false, _) => "none: grad_clip = 0".to_string(),
+            (true, "global") => format!(
+                "global norm, as torch.nn.utils.clip_grad_norm_: total = sqrt(sum over every \
+                 parameter of ||g||^2); if total > grad_clip every g *= grad_clip / (total + \
+                 {CLIP_EPS:e})"
+            ),
+            (true, _) => "each parameter on its own: g *= min(1, grad_clip / (||g|| + the \
+                          smallest positive float32))"
+                .to_string(),
+        },
+    })
 }
 
 fn architecture(c: &LmConfig) -> Value {
@@ -47,7 +75,8 @@ fn architecture(c: &LmConfig) -> Value {
              first"
         },
         "norm": norm(c.norm),
-        "mixer": mixer(c),
+        "mixer": (!c.is_hybrid()).then(|| mixer(&c.for_mixer(c.mixers()[0]))),
+        "mixers": c.mixers().into_iter().map(|kind| mixer(&c.for_mixer(kind))).collect::<Vec<_>>(),
         "mlp": c.mlp.then(|| mlp(c)),
         "final_norm": norm_weight(c.norm, ""),
         "head": if c.tie_embeddings {

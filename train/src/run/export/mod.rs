@@ -96,7 +96,8 @@ pub fn write(
         .collect();
     let manifest = serde_json::json!({
         "weights": weights.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "mixer": config.model.mixer.name(),
+        "mixer": config.model.mixer_label(),
+        "layers": config.model.mixers().iter().map(|kind| kind.name()).collect::<Vec<_>>(),
         "vocab_size": vocab_size,
         "parameters": parameters,
     });
@@ -117,7 +118,7 @@ fn write_weights(config: &RunConfig, lm: &Lm, out: &Path, format: Format) -> Res
             let mut store = SafetensorsStore::from_file(&path)
                 .overwrite(true)
                 .metadata("format", "hla")
-                .metadata("mixer", config.model.mixer.name());
+                .metadata("mixer", config.model.mixer_label());
             lm.save_into(&mut store)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             Ok(path)

@@ -81,6 +81,7 @@ pub fn train(job: &Job) -> Result<()> {
         lm,
         guard: NanGuard::new(interrupter.clone(), cadence.first_step, batches_per_step),
         gradient_scale: 1.0 / batches_per_step as f64,
+        global_clip: t.global_clip(),
     };
     let model = with_checkpoint_ids(model, &run, resume.as_ref().map(|r| r.epoch))?;
     let optimizer = optim::optimizer(t, &model);
@@ -189,7 +190,7 @@ fn init_lm(job: &Job, device: &Device, data: &Data) -> Lm {
     };
     println!(
         "training {} ({} parameters) for {} steps on {on}, into {}",
-        config.model.mixer.name(),
+        config.model.mixer_label(),
         lm.num_params(),
         t.steps,
         job.out.display()

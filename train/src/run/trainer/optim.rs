@@ -14,16 +14,17 @@ use hla_model::optim::AdamW;
 use crate::run::config::{RunConfig, TrainSection};
 
 /// AdamW with weight decay on matrices only (norm gains and other vectors are not decayed,
-/// as nanoGPT), each parameter's gradient clipped to the `grad_clip` norm first: Burn's
-/// AdamW and clipping, fused into one kernel per parameter on CPU devices
-/// (`hla_model::optim`).
+/// as nanoGPT), with `clip = "parameter"` each parameter's gradient clipped to the
+/// `grad_clip` norm first: Burn's AdamW and clipping, fused into one kernel per parameter
+/// on CPU devices (`hla_model::optim`). The global clip runs before it, in the
+/// [`Trainee`](super::trainee::Trainee)'s step.
 pub fn optimizer(t: &TrainSection, model: &impl Module) -> ModuleOptimizer {
     let adamw = |weight_decay: f64| AdamW {
         beta_1: t.beta1 as f32,
         beta_2: t.beta2 as f32,
         epsilon: AdamW::EPSILON,
         weight_decay: weight_decay as f32,
-        clip_norm: (t.grad_clip > 0.0).then_some(t.grad_clip as f32),
+        clip_norm: t.parameter_clip().map(|c| c as f32),
     };
     let mut vectors = Vectors(Vec::new());
     model.visit(&mut vectors);

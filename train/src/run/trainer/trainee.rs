@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use burn::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use burn::tensor::ExecutionError;
 use burn::train::metric::{Adaptor, ItemLazy, LossInput};
@@ -22,6 +24,11 @@ pub struct Trainee {
     /// `1 / batches per step` makes their sum the mean over the step's examples.
     #[module(skip)]
     pub gradient_scale: f64,
+    /// The limit of the global gradient norm (`train.clip = "global"`), clipped once per
+    /// optimiser step on the step's summed gradient, so that accumulation and several
+    /// devices clip as one device does.
+    #[module(skip)]
+    pub global_clip: Option<f64>,
 }
 
 /// Stops training at the first non-finite loss, naming the optimiser step.
@@ -137,6 +144,20 @@ impl TrainStep for Trainee {
         };
         TrainOutput::new(self, grads, output)
     }
+
+    /// burn-train calls this with the step's final gradient (the accumulated batches, the
+    /// devices' shares added up on the main device, or all-reduced by DDP).
+    fn optimize(
+        self,
+        optim: &mut ModuleOptimizer,
+        lr: ModuleLearningRate,
+        mut grads: GradientsParams,
+    ) -> Self {
+        if let Some(max_norm) = self.global_clip {
+            hla_model::optim::clip_global_norm(&self, &mut grads, max_norm);
+        }
+        optim.step(lr, self, grads)
+    }
 }
 
 impl InferenceStep for Trainee {
@@ -196,6 +217,7 @@ mod tests {
             lm,
             guard: NanGuard::default(),
             gradient_scale: 1.0,
+            global_clip: None,
         };
         let output = trainee.forward_batch(batch);
         let (a, b) = (all.into_scalar::<f32>(), output.loss.into_scalar::<f32>());

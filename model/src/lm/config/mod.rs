@@ -1,17 +1,18 @@
 //! The language model's configuration: every option, its checks, and the model it builds.
 
-use std::str::FromStr;
+mod names;
 
 use burn::module::Initializer;
 use burn::nn::{DropoutConfig, EmbeddingConfig, LinearConfig};
 use burn::prelude::*;
-use burn::serde::{Deserialize, Deserializer, Serialize, Serializer};
+use burn::serde::{Deserialize, Serialize};
 
 use super::block::Block;
 use super::{Lm, norm};
 use crate::hla::Form;
+use names::{by_name, by_name_list, by_name_opt};
 
-/// The token mixer of every block.
+/// The token mixer of a block.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
 pub enum MixerKind {
     /// Second-order HLA.
@@ -92,50 +93,6 @@ pub enum NormKind {
     Layer,
 }
 
-/// `name()` and `FromStr` by the lowercase names config files use.
-macro_rules! names {
-    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// Every name, in declaration order.
-            pub const NAMES: &'static [&'static str] = &[$($name),+];
-
-            /// The name in config files.
-            pub fn name(&self) -> &'static str {
-                match self { $(Self::$variant => $name),+ }
-            }
-        }
-
-        impl FromStr for $ty {
-            type Err = String;
-
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($name => Ok(Self::$variant),)+
-                    _ => Err(format!("{s:?} is not one of {}", Self::NAMES.join(", "))),
-                }
-            }
-        }
-
-        impl Named for $ty {
-            fn config_name(&self) -> &'static str {
-                self.name()
-            }
-        }
-    };
-}
-
-/// The enums of [`LmConfig`] by their names in config files.
-trait Named: FromStr<Err = String> {
-    fn config_name(&self) -> &'static str;
-}
-
-names!(MixerKind { Hla2 => "hla2", Hla3 => "hla3", Ahla => "ahla", Linear => "linear", Softmax => "softmax" });
-names!(FeatureMap { L2 => "l2", Scale => "scale", EluPlusOne => "elu_plus_one", Identity => "identity" });
-names!(DecayKind { None => "none", Fixed => "fixed", Gated => "gated" });
-names!(Positions { Rope => "rope", Learned => "learned" });
-names!(MlpKind { Swiglu => "swiglu", Gelu => "gelu" });
-names!(NormKind { Rms => "rms", Layer => "layer" });
-
 /// A language-model configuration; the defaults are the recipe that trained best on
 /// tiny-shakespeare here (experiments/shakespeare-char-full): fixed multi-scale decay at
 /// b = 0.5, short convolution, and per mixer either L2 q/k with a per-head output RMSNorm
@@ -160,9 +117,17 @@ pub struct LmConfig {
     /// Not a key of the `[model]` section: the vocabulary comes from the data.
     #[serde(skip)]
     pub vocab_size: usize,
+    /// The mixer of every layer (a uniform stack); with `layers`, left at its default.
     #[config(default = "MixerKind::Hla2")]
     #[serde(with = "by_name")]
     pub mixer: MixerKind,
+    /// One mixer per layer, `n_layers` of them, first layer first (a hybrid stack, e.g.
+    /// three HLA layers then softmax attention); `None`: `mixer` in every layer. The other
+    /// keys apply to every layer, each mixer taking what it uses (the mixer-dependent
+    /// defaults of `feature_map`, `normalize` and `output_norm` per layer).
+    #[config(default = "None")]
+    #[serde(with = "by_name_list", skip_serializing_if = "Option::is_none")]
+    pub layers: Option<Vec<MixerKind>>,
     #[config(default = 128)]
     pub d_model: usize,
     #[config(default = 4)]
@@ -246,42 +211,6 @@ impl Default for LmConfig {
     }
 }
 
-/// An enum of [`LmConfig`] by its name in config files.
-mod by_name {
-    use super::*;
-
-    pub fn serialize<S: Serializer, T: Named>(value: &T, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(value.config_name())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>, T: Named>(d: D) -> Result<T, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(burn::serde::de::Error::custom)
-    }
-}
-
-/// An optional enum of [`LmConfig`] by its name in config files.
-mod by_name_opt {
-    use super::*;
-
-    pub fn serialize<S: Serializer, T: Named>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(v) => s.serialize_str(v.config_name()),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>, T: Named>(d: D) -> Result<Option<T>, D::Error> {
-        Some(
-            String::deserialize(d)?
-                .parse()
-                .map_err(burn::serde::de::Error::custom),
-        )
-        .transpose()
-    }
-}
-
 /// A configuration that cannot build a model.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
@@ -312,10 +241,27 @@ impl LmConfig {
         if self.n_layers == 0 {
             return fail("n_layers", "at least 1", &self.n_layers);
         }
+        if let Some(layers) = &self.layers {
+            if layers.len() != self.n_layers {
+                let value = format!("{} names for n_layers = {}", layers.len(), self.n_layers);
+                return fail(
+                    "layers",
+                    "one mixer name per layer (n_layers of them)",
+                    &value,
+                );
+            }
+            if self.mixer != Self::default().mixer {
+                return fail(
+                    "mixer",
+                    "left out when layers gives each layer's mixer",
+                    &self.mixer.name(),
+                );
+            }
+        }
         if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
             return fail("n_heads", "a divisor of d_model", &self.n_heads);
         }
-        if self.mixer == MixerKind::Softmax && !(self.d_model / self.n_heads).is_multiple_of(2) {
+        if self.has(MixerKind::Softmax) && !(self.d_model / self.n_heads).is_multiple_of(2) {
             return fail(
                 "n_heads",
                 "such that the head dimension is even (RoPE)",
@@ -363,8 +309,10 @@ impl LmConfig {
                     .with_initializer(normal.clone())
                     .init(device)
             }),
-            blocks: (0..self.n_layers)
-                .map(|_| Block::new(self, device))
+            blocks: self
+                .mixers()
+                .into_iter()
+                .map(|kind| Block::new(&self.for_mixer(kind), device))
                 .collect(),
             norm,
             layer_norm,
@@ -379,6 +327,53 @@ impl LmConfig {
         }
     }
 
+    /// Each layer's mixer, first layer first: `layers`, else `mixer` in every layer.
+    pub fn mixers(&self) -> Vec<MixerKind> {
+        self.layers
+            .clone()
+            .unwrap_or_else(|| vec![self.mixer; self.n_layers])
+    }
+
+    /// Whether some layer's mixer is `kind`.
+    pub fn has(&self, kind: MixerKind) -> bool {
+        self.mixers().contains(&kind)
+    }
+
+    /// Whether the layers' mixers differ.
+    pub fn is_hybrid(&self) -> bool {
+        self.mixers().windows(2).any(|w| w[0] != w[1])
+    }
+
+    /// The stack's mixers in words: the mixer of a uniform stack (`hla2`), runs of layers
+    /// of a hybrid joined by `+` (`hla2×3+softmax`).
+    pub fn mixer_label(&self) -> String {
+        let mixers = self.mixers();
+        if !self.is_hybrid() {
+            return mixers.first().unwrap_or(&self.mixer).name().into();
+        }
+        let mut runs: Vec<(MixerKind, usize)> = Vec::new();
+        for kind in mixers {
+            match runs.last_mut() {
+                Some((last, n)) if *last == kind => *n += 1,
+                _ => runs.push((kind, 1)),
+            }
+        }
+        let run = |(kind, n): &(MixerKind, usize)| match n {
+            1 => kind.name().to_string(),
+            n => format!("{}×{n}", kind.name()),
+        };
+        runs.iter().map(run).collect::<Vec<_>>().join("+")
+    }
+
+    /// The configuration of one layer with mixer `kind`: this one with `mixer` set and no
+    /// `layers`, so that the mixer-dependent defaults resolve for that layer.
+    pub fn for_mixer(&self, kind: MixerKind) -> LmConfig {
+        let mut config = self.clone();
+        config.mixer = kind;
+        config.layers = None;
+        config
+    }
+
     /// The MLP's hidden width.
     pub fn d_ff(&self) -> usize {
         match (self.d_ff, self.mlp_kind) {
@@ -388,7 +383,8 @@ impl LmConfig {
         }
     }
 
-    /// Whether the mixer's default output is the ratio normalisation: the masked
+    /// Whether `mixer`'s default output (of a hybrid's layer: call it on
+    /// [`for_mixer`](Self::for_mixer)) is the ratio normalisation: the masked
     /// denominator with elu + 1 features and no output RMSNorm, for every linear-time
     /// mixer. On tiny-shakespeare it trains all four better than L2 (or elu + 1) features
     /// with the output norm, by 0.03–0.07 nats over three seeds
@@ -424,7 +420,7 @@ impl LmConfig {
     /// The longest sequence the model can run (`None`: any), a limit of RoPE's table and
     /// of learned positions.
     pub fn position_limit(&self) -> Option<usize> {
-        (self.mixer == MixerKind::Softmax || self.positions == Positions::Learned)
+        (self.has(MixerKind::Softmax) || self.positions == Positions::Learned)
             .then_some(self.max_seq_len)
     }
 
