@@ -17,7 +17,7 @@ const PLACEMENT: [&str; 2] = ["train.devices", "train.strategy"];
 /// that diverged continues with a lower `train.lr`). Every other key, those of `[model]`
 /// and `[data]`, the seed and the batch shape among them, is part of the run's identity; a
 /// key added later is too, until it is listed here.
-const RESCHEDULE: [&str; 12] = [
+const RESCHEDULE: [&str; 13] = [
     "train.steps",
     "train.eval_interval",
     "train.eval_batches",
@@ -30,6 +30,7 @@ const RESCHEDULE: [&str; 12] = [
     "train.beta1",
     "train.beta2",
     "train.grad_clip",
+    "train.clip",
 ];
 
 /// One setting that differs between two configs.

@@ -15,6 +15,11 @@ use super::usage::UsageError;
 
 pub struct RunDir(PathBuf);
 
+/// Keys that runs record today but older `hla` versions did not write, with the value those
+/// versions trained with: before `train.clip` existed, each parameter's gradient was clipped
+/// on its own.
+const BEFORE_RECORDED: [(&str, &str, &str); 1] = [("train", "clip", "\"parameter\"")];
+
 /// Holds a run directory's lock; removes it when dropped, and the directory too when this
 /// lock created it and nothing was written there (a run that failed before it started).
 pub struct RunLock {
@@ -150,16 +155,31 @@ impl RunDir {
         Ok(())
     }
 
-    /// The resolved config the run was trained with, with `overrides` applied.
+    /// The resolved config the run was trained with, with `overrides` applied. A key that
+    /// an older `hla` did not record reads as what that `hla` did ([`BEFORE_RECORDED`]), not
+    /// as today's default.
     pub fn load_config(&self, overrides: &[String]) -> Result<RunConfig> {
-        if !self.config().exists() {
+        let path = self.config();
+        let Ok(text) = std::fs::read_to_string(&path) else {
             let error = anyhow::anyhow!(
                 "{} is not a run directory (no config.toml)",
                 self.0.display()
             );
             return Err(UsageError::from(error).into());
-        }
-        RunConfig::load(&self.config(), overrides)
+        };
+        let recorded: toml::Table = toml::from_str(&text).unwrap_or_default();
+        let mut all: Vec<String> = BEFORE_RECORDED
+            .iter()
+            .filter(|(section, key, _)| {
+                !recorded
+                    .get(*section)
+                    .and_then(toml::Value::as_table)
+                    .is_some_and(|t| t.contains_key(*key))
+            })
+            .map(|(section, key, value)| format!("{section}.{key}={value}"))
+            .collect();
+        all.extend_from_slice(overrides);
+        RunConfig::load(&path, &all)
     }
 
     /// The trained model (weights of `model.bpk` into the architecture of the config).
@@ -301,4 +321,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
         format!("cannot write {}", path.display())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_an_older_hla_did_not_record_reads_as_what_it_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::new(dir.path());
+        let old = "[data]\ncorpus = \"x\"\n\n[train]\ngrad_clip = 1.0\n";
+        std::fs::write(run.config(), old).unwrap();
+        let config = run.load_config(&[]).unwrap();
+        assert_eq!(config.train.clip.name(), "parameter");
+        // What the run records, and an override, win.
+        let global = run.load_config(&["train.clip=\"global\"".into()]).unwrap();
+        assert_eq!(global.train.clip.name(), "global");
+        std::fs::write(run.config(), config.to_toml()).unwrap();
+        assert_eq!(run.load_config(&[]).unwrap(), config);
+    }
 }
