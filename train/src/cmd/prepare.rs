@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use hla_data::config::Task;
-use hla_data::corpus;
 use hla_data::prepared::Split;
 
 use crate::run::config::RunConfig;
+use crate::run::data;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -30,12 +30,7 @@ pub fn run(args: &Args) -> Result<()> {
     let config = RunConfig::load(&args.config, &args.overrides)?;
     match config.data.task()? {
         Task::Text { corpus } => {
-            let (prepared, reused) = config.data.prepare_text(
-                corpus,
-                &corpus::data_dir(),
-                &corpus::cache_dir(),
-                args.force,
-            )?;
+            let (prepared, reused) = data::prepare(&config, corpus, args.force)?;
             let m = &prepared.meta;
             println!(
                 "{} {} ({} tokenizer, vocabulary {})",

@@ -91,6 +91,7 @@ pub fn train(job: &Job) -> Result<()> {
         .with_context(|| format!("cannot create the run directory {}", out.display()))?;
     write_atomic(&run.config(), config.to_toml().as_bytes())?;
     data.save_tokenizer(&run.tokenizer())?;
+    data.save_meta(&run.data())?;
     let training = SupervisedTraining::new(run.path(), train_loader, valid_loader);
     let clock = TrainingClock::start(&run.checkpoints(), resume_epoch);
     let failure = Failure::default();
