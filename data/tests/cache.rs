@@ -149,7 +149,11 @@ fn a_failed_preparation_leaves_the_earlier_one_alone() {
     let err = prep(&a, &cache_dir).err().unwrap();
     assert!(err.to_string().contains("is empty"), "{err}");
 
-    let dir = prepared::folder(&cache_dir, &[a.clone()], &settings(TokenizerKind::Char));
+    let dir = prepared::folder(
+        &cache_dir,
+        std::slice::from_ref(&a),
+        &settings(TokenizerKind::Char),
+    );
     assert_eq!(files(&dir), before, "the good preparation is untouched");
     let mut left: Vec<String> = std::fs::read_dir(cache_dir.join("prepared"))
         .unwrap()
@@ -166,7 +170,11 @@ fn what_a_killed_preparation_left_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let (d, cache_dir) = (dir.path(), dir.path().join("cache"));
     let a = write(d, "a.txt", b"the cat sat");
-    let folder = prepared::folder(&cache_dir, &[a.clone()], &settings(TokenizerKind::Char));
+    let folder = prepared::folder(
+        &cache_dir,
+        std::slice::from_ref(&a),
+        &settings(TokenizerKind::Char),
+    );
     let sibling = |suffix: &str| PathBuf::from(format!("{}{suffix}", folder.display()));
     // Killed while writing its temporary folder, and while swapping folders.
     write(&sibling(".part"), "tokens.bin", b"half");
