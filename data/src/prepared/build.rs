@@ -1,8 +1,8 @@
 //! Preparing a corpus: its documents streamed in batches ([`super::stream`]), tokenized on
 //! every core and written into the token file ([`super::write`]). Memory stays bounded by a
-//! batch whatever the corpus's size; a `char` vocabulary takes one pass more, a documents
-//! split one (to count the documents), a BPE one or two (to count the bytes of a tail
-//! split, and to train).
+//! batch whatever the corpus's size; a `char` vocabulary takes one pass more (to collect
+//! the characters), a documents split or a BPE one (to count the documents and their
+//! bytes), a BPE one more (to train).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -158,7 +158,7 @@ fn tokenizer(
         TokenizerKind::Bpe(n) => {
             let mut left = (bytes as f64 * settings.train_fraction) as usize;
             let mut keep = |item: &Item| match valid {
-                Some(valid) if valid[item.document] => 0,
+                Some(valid) if valid.get(item.document) == Some(&true) => 0,
                 Some(_) => item.piece.bytes.len(),
                 None => {
                     let kept = left.min(item.piece.bytes.len());

@@ -93,7 +93,8 @@ pub fn write_tokens(
         for (item, ids) in batch.iter().zip(encoded) {
             hasher.update(&item.piece.bytes);
             documents = item.document + 1;
-            let held_out_here = valid.is_some_and(|v| v[item.document]);
+            // A document the count did not see (a file that grew since) trains.
+            let held_out_here = valid.is_some_and(|v| v.get(item.document) == Some(&true));
             let sink = match &mut held {
                 Some(sink) if held_out_here => sink,
                 _ => &mut train,
