@@ -31,7 +31,7 @@ pub enum DataError {
     #[error("token {0} is outside the vocabulary")]
     UnknownToken(u32),
     #[error(
-        "the corpus {name} is not in {dir} and could not be downloaded ({reason}); \
+        "the corpus {name} is not in {dir} and could not be fetched ({reason}); \
          put the file there as {file}, or set HLA_DATA_DIR to the folder that holds it"
     )]
     Unavailable {
@@ -40,9 +40,9 @@ pub enum DataError {
         file: String,
         reason: String,
     },
-    #[error("download of {url} has sha256 {got}, expected {expected}")]
+    #[error("{what} has sha256 {got}, expected {expected}")]
     Checksum {
-        url: String,
+        what: String,
         expected: String,
         got: String,
     },

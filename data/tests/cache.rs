@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use hla_data::DataError;
 use hla_data::corpus::sources::Sources;
-use hla_data::prepared::{self, Prepared, Settings, prepare};
+use hla_data::prepared::{self, Prepared, Settings, Split, prepare};
 use hla_data::tokenizer::TokenizerKind;
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -27,13 +27,14 @@ fn settings(tokenizer: TokenizerKind) -> Settings {
         tokenizer,
         text_field: "text".into(),
         train_fraction: 0.9,
+        ..Settings::default()
     }
 }
 
 /// Prepares `source` into its cache folder under `cache_dir`, as `hla prepare` does.
 fn prep(source: &Path, cache_dir: &Path) -> Result<(Prepared, bool), DataError> {
     let settings = settings(TokenizerKind::Char);
-    let dir = prepared::folder(cache_dir, source, &settings);
+    let dir = prepared::folder(cache_dir, &[source.into()], &settings);
     prepare(&Sources::find(source)?, &settings, &dir)
 }
 
@@ -78,9 +79,11 @@ fn corpora_of_one_name_never_share_a_folder() {
 
     // Every setting is part of the key; the name stays readable.
     let base = settings(TokenizerKind::Char);
-    let folder = |s: &Settings| prepared::folder(&cache_dir, &x, s);
+    let folder = |s: &Settings| prepared::folder(&cache_dir, std::slice::from_ref(&x), s);
     let others = [
         settings(TokenizerKind::Byte),
+        settings(TokenizerKind::Bpe(300)),
+        settings(TokenizerKind::Bpe(301)),
         Settings {
             text_field: "body".into(),
             ..base.clone()
@@ -89,10 +92,34 @@ fn corpora_of_one_name_never_share_a_folder() {
             train_fraction: 0.8,
             ..base.clone()
         },
+        Settings {
+            split: Split::Documents,
+            ..base.clone()
+        },
+        Settings {
+            split_seed: 1,
+            ..base.clone()
+        },
     ];
-    for other in &others {
+    for (i, other) in others.iter().enumerate() {
         assert_ne!(folder(other), folder(&base), "{other:?}");
+        for earlier in &others[..i] {
+            assert_ne!(folder(other), folder(earlier), "{other:?}");
+        }
     }
+    // A list of corpora by every member, in order.
+    let list = |l: &[&PathBuf]| {
+        let l: Vec<PathBuf> = l.iter().map(|p| p.to_path_buf()).collect();
+        prepared::folder(&cache_dir, &l, &base)
+    };
+    assert_ne!(list(&[&x, &y]), list(&[&x]));
+    assert_ne!(list(&[&x, &y]), list(&[&y, &x]));
+    let name = list(&[&x, &y])
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.starts_with("big+1-char-"), "{name}");
     // A Hugging Face tokenizer by its contents too: an edited file is another tokenizer.
     let tokenizer = write(d, "tokenizer.json", br#"{"version": 1}"#);
     let hf = settings(TokenizerKind::Hf(tokenizer.clone()));
@@ -122,7 +149,11 @@ fn a_failed_preparation_leaves_the_earlier_one_alone() {
     let err = prep(&a, &cache_dir).err().unwrap();
     assert!(err.to_string().contains("is empty"), "{err}");
 
-    let dir = prepared::folder(&cache_dir, &a, &settings(TokenizerKind::Char));
+    let dir = prepared::folder(
+        &cache_dir,
+        std::slice::from_ref(&a),
+        &settings(TokenizerKind::Char),
+    );
     assert_eq!(files(&dir), before, "the good preparation is untouched");
     let mut left: Vec<String> = std::fs::read_dir(cache_dir.join("prepared"))
         .unwrap()
@@ -139,7 +170,11 @@ fn what_a_killed_preparation_left_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let (d, cache_dir) = (dir.path(), dir.path().join("cache"));
     let a = write(d, "a.txt", b"the cat sat");
-    let folder = prepared::folder(&cache_dir, &a, &settings(TokenizerKind::Char));
+    let folder = prepared::folder(
+        &cache_dir,
+        std::slice::from_ref(&a),
+        &settings(TokenizerKind::Char),
+    );
     let sibling = |suffix: &str| PathBuf::from(format!("{}{suffix}", folder.display()));
     // Killed while writing its temporary folder, and while swapping folders.
     write(&sibling(".part"), "tokens.bin", b"half");

@@ -69,6 +69,7 @@ fn prep(source: &Path, tokenizer: TokenizerKind, field: &str) -> Result<Prepared
         tokenizer,
         text_field: field.into(),
         train_fraction: 0.5,
+        ..Settings::default()
     };
     let out = source.with_extension("prepared");
     Ok(prepare(&Sources::find(source)?, &settings, &out)?.0)
@@ -309,5 +310,9 @@ fn bad_input_gets_one_clear_message() {
     assert!(err.contains("no .txt, .jsonl or .parquet files"), "{err}");
 
     let err = "hf:".parse::<TokenizerKind>().unwrap_err();
-    assert!(err.contains("char, byte, gpt2 or hf:PATH"), "{err}");
+    assert!(err.contains("char, byte, gpt2, hf:PATH"), "{err}");
+    for bad in ["bpe:256", "bpe:", "bpe:4k", "bpe:-300"] {
+        let err = bad.parse::<TokenizerKind>().unwrap_err();
+        assert!(err.contains("bpe:N with N a whole number ≥ 257"), "{err}");
+    }
 }

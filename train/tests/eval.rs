@@ -5,24 +5,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{hla, ok, one_error, tiny_config};
+use common::{hla, ok, one_error, tiny_config, train};
 
 /// A finished tiny run of `mixer` (context 32) with `sets` in `dir/name`.
 fn trained(dir: &Path, name: &str, mixer: &str, sets: &[&str]) -> PathBuf {
     let config = tiny_config(dir, mixer);
-    let run = dir.join(name);
-    let mut args = vec![
-        "train",
-        "--config",
-        config.to_str().unwrap(),
-        "--out",
-        run.to_str().unwrap(),
-    ];
-    for set in sets {
-        args.extend(["--set", set]);
-    }
-    ok(dir, &args);
-    run
+    let extra: Vec<&str> = sets.iter().flat_map(|set| ["--set", set]).collect();
+    train(dir, &config, name, &extra)
 }
 
 fn eval_json(dir: &Path, run: &Path, extra: &[&str]) -> serde_json::Value {

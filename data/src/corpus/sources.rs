@@ -39,11 +39,11 @@ pub struct SourceFile {
     pub size: u64,
 }
 
-/// Every file of a corpus, in path order.
+/// Every file of a corpus, in path order (of several corpora: each in turn).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sources {
-    /// What the user named: a file, a folder or a glob.
-    pub spec: PathBuf,
+    /// What the user named: a file, a folder or a glob (several: joined by `, `).
+    pub spec: String,
     pub files: Vec<SourceFile>,
     /// Paths passed over: links to a file or a folder read already.
     pub skipped: Vec<Skipped>,
@@ -145,10 +145,43 @@ impl Sources {
             )));
         }
         Ok(Self {
-            spec: spec.into(),
+            spec: spec.display().to_string(),
             files,
             skipped,
         })
+    }
+
+    /// The files of every corpus of `specs` ([`Sources::find`]), one corpus after another.
+    pub fn find_all(specs: &[PathBuf]) -> Result<Self, DataError> {
+        let mut all = Self {
+            spec: String::new(),
+            files: Vec::new(),
+            skipped: Vec::new(),
+        };
+        let mut read = std::collections::HashSet::new();
+        for spec in specs {
+            let one = Self::find(spec)?;
+            all.spec = match all.spec.is_empty() {
+                true => one.spec,
+                false => format!("{}, {}", all.spec, one.spec),
+            };
+            all.skipped.extend(one.skipped);
+            // A file that two corpora of the list share is read once, in the first.
+            for file in one.files {
+                if read.insert(file.real.clone()) {
+                    all.files.push(file);
+                } else {
+                    all.skipped.push(Skipped {
+                        reason: format!("the file {} is read already", file.real.display()),
+                        path: file.path,
+                    });
+                }
+            }
+        }
+        if all.files.is_empty() {
+            return Err(DataError::EmptyCorpus("[] (a list of no corpora)".into()));
+        }
+        Ok(all)
     }
 
     /// Whether the corpus can hold more than one document (it then needs an end-of-text

@@ -1,27 +1,26 @@
-//! Preparing a corpus: its documents streamed in batches, tokenized on every core, written
-//! in order into the token file with the end-of-text token between documents. Memory stays
-//! bounded by a batch whatever the corpus's size; a `char` vocabulary takes one pass more.
+//! Preparing a corpus: its documents streamed in batches ([`super::stream`]), tokenized on
+//! every core and written into the token file ([`super::write`]). Memory stays bounded by a
+//! batch whatever the corpus's size; a `char` vocabulary takes one pass more (to collect
+//! the characters), a documents split or a BPE one (to count the documents and their
+//! bytes), a BPE one more (to train).
 
 use std::collections::BTreeSet;
-use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
-
-use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 
 use super::key::Settings;
 use super::publish::{self, Part};
-use super::{META_FILE, Meta, Prepared, ReadFile, SkippedPath, TOKENIZER_FILE, TOKENS_FILE, open};
+use super::split::{Split, held_out};
+use super::stream::{self, Item};
+use super::write::write_tokens;
+use super::{
+    META_FILE, Meta, Prepared, ReadFile, SkippedPath, TOKENIZER_FILE, TOKENS_FILE, TokenFile, open,
+};
 use crate::DataError;
-use crate::corpus::documents::{self, Piece};
 use crate::corpus::sources::Sources;
-use crate::corpus::{self};
 use crate::tokenizer::{Tokenizer, TokenizerKind};
 
-/// Bytes of text tokenized at once.
-const BATCH_BYTES: usize = 32 << 20;
+/// Tokens decoded at once to count the bytes of a split.
+const DECODE_TOKENS: usize = 1 << 20;
 
 /// Tokenizes `sources` into the cache folder `dir` ([`super::folder`]), or re-uses what is
 /// there when it was prepared from files of the same paths, sizes and modification times
@@ -53,6 +52,8 @@ pub fn prepare_with(
         && existing.meta.tokenizer == settings.tokenizer
         && existing.meta.text_field == settings.text_field
         && existing.meta.train_fraction == settings.train_fraction
+        && existing.meta.split == settings.split
+        && existing.meta.split_seed == settings.split_seed
     {
         return Ok((existing, true));
     }
@@ -70,11 +71,21 @@ fn write_preparation(
     dir: &Path,
 ) -> Result<(), DataError> {
     let several = sources.several_documents();
-    let chars = match settings.tokenizer {
-        TokenizerKind::Char => characters(sources, settings)?,
-        _ => BTreeSet::new(),
+    let needs_survey =
+        settings.split == Split::Documents || matches!(settings.tokenizer, TokenizerKind::Bpe(_));
+    let (documents, bytes) = match needs_survey {
+        true => stream::survey(sources, settings)?,
+        false => (0, 0),
     };
-    let tokenizer = Tokenizer::new(&settings.tokenizer, chars, several)?;
+    let valid = match settings.split {
+        Split::Documents => Some(held_out(
+            documents,
+            settings.train_fraction,
+            settings.split_seed,
+        )?),
+        Split::Tail => None,
+    };
+    let tokenizer = tokenizer(sources, settings, several, valid.as_deref(), bytes)?;
     if several && tokenizer.end_of_text().is_none() {
         return Err(DataError::Invalid {
             key: "data.tokenizer",
@@ -85,16 +96,30 @@ fn write_preparation(
             value: settings.tokenizer.to_string(),
         });
     }
-    let written = write_tokens(sources, settings, &tokenizer, &dir.join(TOKENS_FILE))?;
+    let (tokens_path, width) = (dir.join(TOKENS_FILE), token_bytes(&tokenizer));
+    let written = write_tokens(
+        sources,
+        settings,
+        &tokenizer,
+        valid.as_deref(),
+        &tokens_path,
+        width,
+    )?;
     if written.tokens == 0 {
-        return Err(DataError::EmptyCorpus(sources.spec.display().to_string()));
+        return Err(DataError::EmptyCorpus(sources.spec.clone()));
     }
-    let train_tokens = (written.tokens as f64 * settings.train_fraction) as usize;
+    let train_tokens = match settings.split {
+        Split::Tail => (written.tokens as f64 * settings.train_fraction) as usize,
+        Split::Documents => written.train_tokens,
+    };
+    let tokens = TokenFile::open(&tokens_path, width)?;
+    let valid_bytes = text_bytes(&tokens, train_tokens..written.tokens, &tokenizer)?;
+    let all_bytes = valid_bytes + text_bytes(&tokens, 0..train_tokens, &tokenizer)?;
     let meta = Meta {
         tokenizer: settings.tokenizer.clone(),
         vocab_size: tokenizer.vocab_size(),
         end_of_text: tokenizer.end_of_text().filter(|_| several),
-        source: sources.spec.display().to_string(),
+        source: sources.spec.clone(),
         files: sources.files.len(),
         read: sources
             .files
@@ -117,16 +142,56 @@ fn write_preparation(
         text_field: settings.text_field.clone(),
         fingerprint,
         source_sha256: written.sha256,
-        token_bytes: token_bytes(&tokenizer),
+        token_bytes: width,
         tokens: written.tokens,
         train_fraction: settings.train_fraction,
+        split: settings.split,
+        split_seed: settings.split_seed,
+        valid_documents: written.held_out,
         train_tokens,
         valid_tokens: written.tokens - train_tokens,
+        train_bytes: all_bytes - valid_bytes,
+        valid_bytes,
     };
     tokenizer.save(&dir.join(TOKENIZER_FILE))?;
     let json = serde_json::to_string_pretty(&meta).expect("serialisable");
     let meta_path = dir.join(META_FILE);
     std::fs::write(&meta_path, json).map_err(DataError::io(&meta_path))
+}
+
+/// The tokenizer of `settings`: built, or learnt from the corpus (a `char` vocabulary from
+/// every character, a BPE from the training split: the documents not in `valid`, or the
+/// first `train_fraction` of the corpus's `bytes` of text).
+fn tokenizer(
+    sources: &Sources,
+    settings: &Settings,
+    several: bool,
+    valid: Option<&[bool]>,
+    bytes: u64,
+) -> Result<Tokenizer, DataError> {
+    match settings.tokenizer {
+        TokenizerKind::Char => Tokenizer::new(
+            &settings.tokenizer,
+            stream::characters(sources, settings)?,
+            several,
+        ),
+        TokenizerKind::Bpe(n) => {
+            let mut left = (bytes as f64 * settings.train_fraction) as usize;
+            let mut keep = |item: &Item| match valid {
+                Some(valid) if valid.get(item.document) == Some(&true) => 0,
+                Some(_) => item.piece.bytes.len(),
+                None => {
+                    let kept = left.min(item.piece.bytes.len());
+                    left -= kept;
+                    kept
+                }
+            };
+            stream::texts(sources, settings, &mut keep, |texts| {
+                Tokenizer::train_bpe(n, texts)
+            })
+        }
+        _ => Tokenizer::new(&settings.tokenizer, BTreeSet::new(), several),
+    }
 }
 
 /// 2 (u16) when every id fits, else 4.
@@ -138,131 +203,17 @@ fn token_bytes(tokenizer: &Tokenizer) -> usize {
     }
 }
 
-/// A batch of pieces and the file each came from.
-type Batch = Vec<(usize, Piece)>;
-
-/// Streams every piece of every file to `each` in batches of about [`BATCH_BYTES`], with
-/// progress on stderr when it is a terminal.
-fn batches(
-    sources: &Sources,
-    settings: &Settings,
-    pass: &str,
-    each: &mut dyn FnMut(Batch) -> Result<(), DataError>,
-) -> Result<(), DataError> {
-    let (read, total, started) = (AtomicU64::new(0), sources.total_bytes(), Instant::now());
-    // Progress for people watching; logs and error output stay clean.
-    let terminal = std::io::stderr().is_terminal();
-    let show = |read: &AtomicU64| {
-        if !terminal {
-            return;
-        }
-        let done = read.load(Ordering::Relaxed);
-        eprint!(
-            "\r{pass} {}: {:.1} of {:.1} MB ({:.0} s)",
-            sources.spec.display(),
-            done as f64 / 1e6,
-            total as f64 / 1e6,
-            started.elapsed().as_secs_f64()
-        );
-    };
-    let (mut batch, mut bytes): (Batch, usize) = (Vec::new(), 0);
-    for (i, file) in sources.files.iter().enumerate() {
-        documents::read(file, &settings.text_field, &read, &mut |piece| {
-            bytes += piece.bytes.len();
-            batch.push((i, piece));
-            if bytes >= BATCH_BYTES {
-                bytes = 0;
-                each(std::mem::take(&mut batch))?;
-                show(&read);
-            }
-            Ok(())
-        })?;
-    }
-    each(batch)?;
-    show(&read);
-    if terminal {
-        eprintln!();
-    }
-    Ok(())
-}
-
-fn utf8_error(sources: &Sources, file: usize, piece: &Piece, at: usize) -> DataError {
-    DataError::InvalidUtf8 {
-        path: sources.files[file].path.clone(),
-        offset: piece.offset + at,
-    }
-}
-
-/// Every character of the corpus (the `char` vocabulary), counted on every core.
-fn characters(sources: &Sources, settings: &Settings) -> Result<BTreeSet<char>, DataError> {
-    let mut chars = BTreeSet::new();
-    batches(
-        sources,
-        settings,
-        "reading the characters of",
-        &mut |batch| {
-            let sets: Vec<BTreeSet<char>> = batch
-                .par_iter()
-                .map(|(file, piece)| match std::str::from_utf8(&piece.bytes) {
-                    Ok(text) => Ok(text.chars().collect()),
-                    Err(e) => Err(utf8_error(sources, *file, piece, e.valid_up_to())),
-                })
-                .collect::<Result<_, _>>()?;
-            sets.into_iter().for_each(|s| chars.extend(s));
-            Ok(())
-        },
-    )?;
-    Ok(chars)
-}
-
-struct Written {
-    tokens: usize,
-    documents: usize,
-    /// Of the documents' bytes, in order.
-    sha256: String,
-}
-
-/// Tokenizes the corpus into `path`.
-fn write_tokens(
-    sources: &Sources,
-    settings: &Settings,
+/// The bytes of text of the tokens at `range` ([`Tokenizer::text_bytes`]), decoded in
+/// pieces.
+fn text_bytes(
+    tokens: &TokenFile,
+    range: std::ops::Range<usize>,
     tokenizer: &Tokenizer,
-    path: &Path,
-) -> Result<Written, DataError> {
-    let file = std::fs::File::create(path).map_err(DataError::io(path))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
-    let width = token_bytes(tokenizer);
-    let eot = tokenizer.end_of_text();
-    let (mut tokens, mut documents, mut starts_document) = (0usize, 0usize, true);
-    let mut hasher = Sha256::new();
-    batches(sources, settings, "tokenizing", &mut |batch| {
-        let encoded: Vec<Vec<u32>> = batch
-            .par_iter()
-            .map(|(file, piece)| match tokenizer.encode_bytes(&piece.bytes) {
-                Ok(tokens) => tokens,
-                Err(at) => Err(utf8_error(sources, *file, piece, at)),
-            })
-            .collect::<Result<_, _>>()?;
-        for ((_, piece), ids) in batch.iter().zip(encoded) {
-            hasher.update(&piece.bytes);
-            let separator = (starts_document && documents > 0).then_some(eot).flatten();
-            for id in separator.into_iter().chain(ids) {
-                let bytes = id.to_le_bytes();
-                out.write_all(&bytes[..width])
-                    .map_err(DataError::io(path))?;
-                tokens += 1;
-            }
-            if starts_document {
-                documents += 1;
-            }
-            starts_document = piece.last;
-        }
-        Ok(())
-    })?;
-    out.flush().map_err(DataError::io(path))?;
-    Ok(Written {
-        tokens,
-        documents,
-        sha256: corpus::hex(&hasher.finalize()),
-    })
+) -> Result<u64, DataError> {
+    let mut bytes = 0;
+    for start in range.clone().step_by(DECODE_TOKENS) {
+        let end = (start + DECODE_TOKENS).min(range.end);
+        bytes += tokenizer.text_bytes(&tokens.read(start..end))? as u64;
+    }
+    Ok(bytes)
 }

@@ -1,7 +1,8 @@
 //! A corpus tokenized once ([`prepare`]) into a folder of the preparation cache ([`folder`]):
 //! a flat token file (u16 when the vocabulary fits, else u32, little-endian) with its
 //! metadata and tokenizer, read back through a memory map so that corpora larger than
-//! memory work.
+//! memory work. The training tokens come first, the validation tokens after them
+//! ([`Split`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -15,9 +16,13 @@ use crate::tokenizer::{Tokenizer, TokenizerKind};
 mod build;
 mod key;
 mod publish;
+mod split;
+mod stream;
+mod write;
 
 pub use build::{prepare, prepare_with};
 pub use key::{Settings, folder};
+pub use split::{HeldOut, Split, held_out};
 
 const TOKENS_FILE: &str = "tokens.bin";
 const META_FILE: &str = "meta.json";
@@ -30,7 +35,7 @@ pub struct Meta {
     pub vocab_size: usize,
     /// The id between documents, when the corpus can hold several.
     pub end_of_text: Option<u32>,
-    /// The corpus as the config names it: a file, a folder or a glob.
+    /// The corpus as the config names it: a file, a folder or a glob, or several.
     pub source: String,
     pub files: usize,
     /// The files read, each once, in order.
@@ -50,8 +55,17 @@ pub struct Meta {
     pub token_bytes: usize,
     pub tokens: usize,
     pub train_fraction: f64,
+    pub split: Split,
+    /// Of the documents split's draw.
+    pub split_seed: u64,
+    /// The documents a documents split holds out, in the corpus's order; `tokens.bin`
+    /// holds them last.
+    pub valid_documents: Vec<HeldOut>,
     pub train_tokens: usize,
     pub valid_tokens: usize,
+    /// Bytes of text (end-of-text not counted) of each split.
+    pub train_bytes: u64,
+    pub valid_bytes: u64,
 }
 
 /// A file a preparation read: the path it was found at, its real path and its size.
@@ -78,12 +92,14 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Token positions of the training split (the first `train_fraction`, as nanoGPT).
+    /// Token positions of the training split: the first `train_fraction` of the tokens, as
+    /// nanoGPT, or of a documents split, the training documents.
     pub fn train_range(&self) -> Range<usize> {
         0..self.meta.train_tokens
     }
 
-    /// Token positions of the validation split (the rest).
+    /// Token positions of the validation split (the rest: the tail, or the held-out
+    /// documents).
     pub fn valid_range(&self) -> Range<usize> {
         self.meta.train_tokens..self.meta.tokens
     }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use burn::module::Module;
 use hla_data::config::Task;
-use hla_data::corpus;
 use hla_model::lm::MixerKind;
 
 use crate::run::config::RunConfig;
+use crate::run::data;
 use crate::run::devices;
 use crate::run::run_dir::RunDir;
 
@@ -36,14 +36,7 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let config = config.with_devices(None, &args.devices)?;
     let vocab_size = match config.data.task()? {
-        Task::Text { corpus } => {
-            config
-                .data
-                .prepare_text(corpus, &corpus::data_dir(), &corpus::cache_dir(), false)?
-                .0
-                .meta
-                .vocab_size
-        }
+        Task::Text { corpus } => data::prepare(&config, corpus, false)?.0.meta.vocab_size,
         Task::Mqar(mqar) => mqar.vocab_size,
     };
     let lm = config.lm_config(vocab_size);

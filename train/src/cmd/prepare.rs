@@ -4,9 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use hla_data::config::Task;
-use hla_data::corpus;
+use hla_data::prepared::Split;
 
 use crate::run::config::RunConfig;
+use crate::run::data;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -22,16 +23,14 @@ pub struct Args {
     force: bool,
 }
 
+/// Held-out documents listed by name; `meta.json` has them all.
+const SHOWN: usize = 20;
+
 pub fn run(args: &Args) -> Result<()> {
     let config = RunConfig::load(&args.config, &args.overrides)?;
     match config.data.task()? {
         Task::Text { corpus } => {
-            let (prepared, reused) = config.data.prepare_text(
-                corpus,
-                &corpus::data_dir(),
-                &corpus::cache_dir(),
-                args.force,
-            )?;
+            let (prepared, reused) = data::prepare(&config, corpus, args.force)?;
             let m = &prepared.meta;
             println!(
                 "{} {} ({} tokenizer, vocabulary {})",
@@ -56,8 +55,32 @@ pub fn run(args: &Args) -> Result<()> {
                     ", end-of-text token {id} between them"
                 ))
             );
-            println!("train    {:>12} tokens", m.train_tokens);
-            println!("valid    {:>12} tokens", m.valid_tokens);
+            if m.split == Split::Documents {
+                println!(
+                    "split    documents (seed {}): {} of {} held out for validation",
+                    m.split_seed,
+                    m.valid_documents.len(),
+                    m.documents
+                );
+                for held in m.valid_documents.iter().take(SHOWN) {
+                    println!("           {}", held.source);
+                }
+                if m.valid_documents.len() > SHOWN {
+                    println!(
+                        "           … and {} more (meta.json lists them all)",
+                        m.valid_documents.len() - SHOWN
+                    );
+                }
+            }
+            for (split, tokens, bytes) in [
+                ("train", m.train_tokens, m.train_bytes),
+                ("valid", m.valid_tokens, m.valid_bytes),
+            ] {
+                println!(
+                    "{split}    {tokens:>12} tokens  {:>6.3} bytes per token",
+                    bytes as f64 / tokens.max(1) as f64
+                );
+            }
         }
         Task::Mqar(mqar) => {
             println!("MQAR is generated at training time (nothing to prepare):");

@@ -3,17 +3,19 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::{Dataset, InMemDataset};
+use hla_data::DataError;
 use hla_data::batch::{LmBatch, LmBatcher};
-use hla_data::config::Task;
+use hla_data::config::{Corpus, Task};
 use hla_data::corpus;
-use hla_data::prepared::{Prepared, TokenFile};
+use hla_data::prepared::{Meta, Prepared, TokenFile};
 use hla_data::tokenizer::Tokenizer;
 use hla_data::windows::{AllWindows, Draws, FullPass, LmItem, RandomWindows};
 
 use crate::run::config::RunConfig;
+use crate::run::usage::usage;
 
 pub enum Data {
     Text {
@@ -21,6 +23,8 @@ pub enum Data {
         train: std::ops::Range<usize>,
         valid: std::ops::Range<usize>,
         tokenizer: Tokenizer,
+        /// The prepared corpus's metadata, recorded with the run.
+        meta: Box<Meta>,
     },
     Mqar {
         train: Vec<LmItem>,
@@ -35,15 +39,7 @@ impl Data {
     /// Prepares (or re-uses) the corpus, or generates the MQAR sets.
     pub fn load(config: &RunConfig) -> Result<Self> {
         Ok(match config.data.task()? {
-            Task::Text { corpus } => {
-                let (prepared, _) = config.data.prepare_text(
-                    corpus,
-                    &corpus::data_dir(),
-                    &corpus::cache_dir(),
-                    false,
-                )?;
-                Self::text(prepared)
-            }
+            Task::Text { corpus } => Self::text(prepare(config, corpus, false)?.0),
             Task::Mqar(mqar) => Self::Mqar {
                 train: mqar.train()?,
                 test: mqar.test()?,
@@ -58,6 +54,7 @@ impl Data {
             valid: prepared.valid_range(),
             tokens: Arc::new(prepared.tokens),
             tokenizer: prepared.tokenizer,
+            meta: Box::new(prepared.meta),
         }
     }
 
@@ -87,6 +84,16 @@ impl Data {
     pub fn save_tokenizer(&self, path: &Path) -> Result<()> {
         if let Self::Text { tokenizer, .. } = self {
             tokenizer.save(path)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the prepared corpus's metadata of a text task to `path`.
+    pub fn save_meta(&self, path: &Path) -> Result<()> {
+        if let Self::Text { meta, .. } = self {
+            let json = serde_json::to_string_pretty(meta)?;
+            std::fs::write(path, json)
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         Ok(())
     }
@@ -170,6 +177,19 @@ impl Data {
             }
             Self::Mqar { test, .. } => test.clone(),
         })
+    }
+}
+
+/// Prepares `corpus` as `config` says (or re-uses its preparation); a setting that does
+/// not fit the corpus (`data.split = "documents"` of one document) is a usage error.
+pub fn prepare(config: &RunConfig, corpus: &Corpus, force: bool) -> Result<(Prepared, bool)> {
+    let data_dir = corpus::data_dir();
+    match config
+        .data
+        .prepare_text(corpus, &data_dir, &corpus::cache_dir(), force)
+    {
+        Err(e @ DataError::Invalid { .. }) => Err(usage(e)),
+        other => Ok(other?),
     }
 }
 

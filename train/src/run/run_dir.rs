@@ -58,6 +58,12 @@ impl RunDir {
         self.0.join("tokenizer.json")
     }
 
+    /// The prepared corpus's `meta.json` (text runs): its source, tokens, split and the
+    /// documents a documents split holds out.
+    pub fn data(&self) -> PathBuf {
+        self.0.join("data.json")
+    }
+
     pub fn checkpoints(&self) -> PathBuf {
         self.0.join("checkpoint")
     }

@@ -114,3 +114,18 @@ pub fn process_start(pid: &str) -> String {
         .unwrap()
         .to_string()
 }
+
+/// Trains `config` into `dir/name` with extra arguments, and returns the run directory.
+pub fn train(dir: &Path, config: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let run = dir.join(name);
+    let mut args = vec![
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    ok(dir, &args);
+    run
+}

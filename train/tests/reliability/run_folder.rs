@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{hla, ok, one_error, process_start, tiny_config};
+use crate::common::{hla, ok, one_error, process_start, tiny_config, train};
 
 /// Every file under `dir` with its bytes (`run.lock` aside: a refused command takes it).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -28,24 +28,17 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 /// A finished tiny hla2 run (`steps` steps, a validation every `interval`) in `dir/name`.
 fn trained(dir: &Path, name: &str, steps: usize, interval: usize) -> PathBuf {
     let config = tiny_config(dir, "hla2");
-    let run = dir.join(name);
-    ok(
-        dir,
-        &[
-            "train",
-            "--config",
-            config.to_str().unwrap(),
-            "--out",
-            run.to_str().unwrap(),
-            "--set",
-            &format!("train.steps={steps}"),
-            "--set",
-            &format!("train.eval_interval={interval}"),
-            "--set",
-            "train.keep_checkpoints=20",
-        ],
+    let (steps, interval) = (
+        format!("train.steps={steps}"),
+        format!("train.eval_interval={interval}"),
     );
-    run
+    let sets = ["--set", &steps, "--set", &interval];
+    train(
+        dir,
+        &config,
+        name,
+        &[&sets[..], &["--set", "train.keep_checkpoints=20"]].concat(),
+    )
 }
 
 fn json(path: &Path) -> serde_json::Value {

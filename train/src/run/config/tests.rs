@@ -1,5 +1,6 @@
 //! The run config's parsing, defaults, overrides and error messages.
 
+use hla_data::prepared::Split;
 use hla_model::lm::{FeatureMap, LmConfig};
 
 use super::train::Clip;
@@ -144,11 +145,31 @@ fn overrides_are_typed() {
         "data.tokenizer=byte",
     ];
     let config = RunConfig::parse(FILE, &sets.map(String::from)).unwrap();
+    assert_eq!(config.data.split, Split::Tail, "today's split by default");
     assert_eq!(config.model.mixer, MixerKind::Linear);
     assert_eq!(config.train.lr, 3e-4);
     assert!(config.model.shared_keys);
     let err = RunConfig::parse(FILE, &["train.steps=many".into()]).unwrap_err();
     assert!(format!("{err:#}").contains("invalid type"), "{err:#}");
+    let list = [
+        "data.corpus=[\"gutenberg\", \"sotu\"]",
+        "data.split=\"documents\"",
+        "data.split_seed=3",
+    ];
+    let config = RunConfig::parse(FILE, &list.map(String::from)).unwrap();
+    let corpus = config.data.corpus.as_ref().map(|c| c.0.clone());
+    assert_eq!(corpus, Some(vec!["gutenberg".into(), "sotu".into()]));
+    assert_eq!(
+        (config.data.split, config.data.split_seed),
+        (Split::Documents, 3)
+    );
+    assert!(
+        config
+            .to_toml()
+            .contains("corpus = [\n    \"gutenberg\",\n    \"sotu\",\n]"),
+        "{}",
+        config.to_toml()
+    );
 }
 
 #[test]
@@ -187,6 +208,22 @@ fn mistakes_name_the_key_and_the_place() {
         (
             "train.clip=\"norm\"",
             "train.clip: \"norm\" is not one of global, parameter",
+        ),
+        (
+            "data.tokenizer=bpe:200",
+            "data.tokenizer: \"bpe:200\" is not a BPE to train: bpe:N with N a whole number ≥ 257",
+        ),
+        (
+            "data.split=books",
+            "data.split: unknown variant `books`, expected `tail` or `documents`",
+        ),
+        (
+            "data.corpus=[]",
+            "data.corpus must be a corpus, or a list of one or more",
+        ),
+        (
+            "data.corpus=[1]",
+            "data.corpus: a corpus name or path, or a list of them",
         ),
     ] {
         let mut sets = vec![set.to_string()];

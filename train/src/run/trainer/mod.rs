@@ -99,6 +99,7 @@ pub fn train(job: &Job) -> Result<()> {
     write_atomic(&run.config(), config.to_toml().as_bytes())?;
     history.save(&run.history())?;
     data.save_tokenizer(&run.tokenizer())?;
+    data.save_meta(&run.data())?;
     let training = SupervisedTraining::new(run.path(), train_loader, valid_loader);
     let clock = TrainingClock::start(match &resume {
         Some(resume) => resume.seconds,

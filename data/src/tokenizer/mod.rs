@@ -1,10 +1,14 @@
 //! Tokenizers: `char` (the corpus's sorted characters, nanoGPT's shakespeare_char), `byte`
 //! (256 values), `gpt2` (tiktoken's r50k_base, whose ranks ship inside the crate) and
-//! `hf:PATH` (any Hugging Face `tokenizer.json`, through the `tokenizers` crate).
+//! `hf:PATH` (any Hugging Face `tokenizer.json`, through the `tokenizers` crate) and `bpe:N`
+//! (a byte-level BPE of N entries trained on the corpus with that crate's trainer, [`bpe`]).
 //!
 //! Documents are separated by an end-of-text token: GPT-2's `<|endoftext|>`, the Hugging
 //! Face tokenizer's own (the first of [`END_OF_TEXT_NAMES`] it has), and for `char` and
-//! `byte` one extra id after the others, present when the corpus can hold several documents.
+//! `byte` one extra id after the others, present when the corpus can hold several documents;
+//! a trained BPE has `<|endoftext|>` as id 0.
+
+mod bpe;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -28,7 +32,10 @@ pub const END_OF_TEXT_NAMES: [&str; 5] = [
 /// GPT-2's `<|endoftext|>`.
 const GPT2_END_OF_TEXT: u32 = 50256;
 
-/// The tokenizer a config asks for: `char`, `byte`, `gpt2` or `hf:PATH`.
+/// The smallest vocabulary of `bpe:N`: the 256 bytes and end-of-text.
+pub const BPE_MIN_VOCAB: usize = 257;
+
+/// The tokenizer a config asks for: `char`, `byte`, `gpt2`, `hf:PATH` or `bpe:N`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum TokenizerKind {
     #[default]
@@ -37,6 +44,8 @@ pub enum TokenizerKind {
     Gpt2,
     /// A Hugging Face `tokenizer.json`.
     Hf(PathBuf),
+    /// A byte-level BPE of this many entries, trained on the corpus's training split.
+    Bpe(usize),
 }
 
 impl std::fmt::Display for TokenizerKind {
@@ -46,6 +55,7 @@ impl std::fmt::Display for TokenizerKind {
             Self::Byte => f.write_str("byte"),
             Self::Gpt2 => f.write_str("gpt2"),
             Self::Hf(path) => write!(f, "hf:{}", path.display()),
+            Self::Bpe(n) => write!(f, "bpe:{n}"),
         }
     }
 }
@@ -58,12 +68,24 @@ impl std::str::FromStr for TokenizerKind {
             "char" => Ok(Self::Char),
             "byte" => Ok(Self::Byte),
             "gpt2" => Ok(Self::Gpt2),
-            _ => match s.strip_prefix("hf:") {
-                Some(path) if !path.is_empty() => Ok(Self::Hf(path.into())),
-                _ => Err(format!(
-                    "{s:?} is not a tokenizer: char, byte, gpt2 or hf:PATH/tokenizer.json"
-                )),
-            },
+            _ => {
+                if let Some(n) = s.strip_prefix("bpe:") {
+                    return match n.parse() {
+                        Ok(n) if n >= BPE_MIN_VOCAB => Ok(Self::Bpe(n)),
+                        _ => Err(format!(
+                            "{s:?} is not a BPE to train: bpe:N with N a whole number ≥ \
+                             {BPE_MIN_VOCAB} (the 256 bytes and end-of-text)"
+                        )),
+                    };
+                }
+                match s.strip_prefix("hf:") {
+                    Some(path) if !path.is_empty() => Ok(Self::Hf(path.into())),
+                    _ => Err(format!(
+                        "{s:?} is not a tokenizer: char, byte, gpt2, hf:PATH/tokenizer.json \
+                         or bpe:N"
+                    )),
+                }
+            }
         }
     }
 }
@@ -115,13 +137,27 @@ struct Saved {
 
 impl Tokenizer {
     /// A tokenizer of `kind` for a single document: a `char` vocabulary is built from
-    /// `text`.
+    /// `text`, a BPE trained on it.
     pub fn build(kind: &TokenizerKind, text: &str) -> Result<Self, DataError> {
-        Self::new(kind, text.chars().collect(), false)
+        match kind {
+            TokenizerKind::Bpe(n) => Self::train_bpe(*n, std::iter::once(text.to_string())),
+            _ => Self::new(kind, text.chars().collect(), false),
+        }
+    }
+
+    /// A byte-level BPE of at most `vocab_size` entries (fewer when `texts` have no more
+    /// pairs to merge) trained on `texts`, `<|endoftext|>` its id 0: the same texts give
+    /// the same tokenizer, byte for byte.
+    pub fn train_bpe(
+        vocab_size: usize,
+        texts: impl Iterator<Item = String> + Send,
+    ) -> Result<Self, DataError> {
+        Self::from_hf(bpe::train(vocab_size, texts)?)
     }
 
     /// A tokenizer of `kind`; `chars`: the characters of a `char` vocabulary;
-    /// `end_of_text`: whether `char` and `byte` get an end-of-text id.
+    /// `end_of_text`: whether `char` and `byte` get an end-of-text id. A BPE is trained
+    /// ([`Tokenizer::train_bpe`]), not made here.
     pub fn new(
         kind: &TokenizerKind,
         chars: BTreeSet<char>,
@@ -134,6 +170,13 @@ impl Tokenizer {
             TokenizerKind::Hf(path) => {
                 let text = std::fs::read_to_string(path).map_err(DataError::io(path))?;
                 Self::hf(&text, path)?
+            }
+            TokenizerKind::Bpe(_) => {
+                return Err(DataError::Invalid {
+                    key: "data.tokenizer",
+                    requirement: "trained on a corpus's text when it is prepared".into(),
+                    value: kind.to_string(),
+                });
             }
         })
     }
@@ -165,12 +208,25 @@ impl Tokenizer {
         };
         let json: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
         let inner = tokenizers::Tokenizer::from_str(text).map_err(|e| bad(e.to_string()))?;
+        Ok(Self::hf_with(inner, json))
+    }
+
+    /// A Hugging Face tokenizer built here (a trained BPE).
+    fn from_hf(inner: tokenizers::Tokenizer) -> Result<Self, DataError> {
+        let text = inner
+            .to_string(false)
+            .map_err(|e| DataError::Tokenize(e.to_string()))?;
+        let json = serde_json::from_str(&text).map_err(|e| DataError::Tokenize(e.to_string()))?;
+        Ok(Self::hf_with(inner, json))
+    }
+
+    fn hf_with(inner: tokenizers::Tokenizer, json: serde_json::Value) -> Self {
         let end_of_text = END_OF_TEXT_NAMES.iter().find_map(|n| inner.token_to_id(n));
-        Ok(Self::Hf {
+        Self::Hf {
             inner: Box::new(inner),
             json,
             end_of_text,
-        })
+        }
     }
 
     /// The name a config file gives this tokenizer's kind (`hf` for any Hugging Face one).
@@ -231,6 +287,26 @@ impl Tokenizer {
                 Err(e) => Err(e.valid_up_to()),
             },
         }
+    }
+
+    /// The bytes of the text of `tokens`, end-of-text not counted: exact for `char`,
+    /// `byte` and `gpt2`, of the lossy decoded text for a Hugging Face tokenizer (a
+    /// character cut between two calls counts as U+FFFD's 3 bytes).
+    pub fn text_bytes(&self, tokens: &[u32]) -> Result<usize, DataError> {
+        let eot = self.end_of_text();
+        let text: Vec<u32> = tokens.iter().copied().filter(|&t| Some(t) != eot).collect();
+        Ok(match self {
+            Self::Char { chars, .. } => text
+                .iter()
+                .map(|&t| chars.get(t as usize).map_or(0, |c| c.len_utf8()))
+                .sum(),
+            Self::Byte { .. } => text.len(),
+            Self::Gpt2(bpe) => bpe
+                .decode_bytes(&text)
+                .map_err(|_| DataError::UnknownToken(text[0]))?
+                .len(),
+            Self::Hf { .. } => self.decode(&text)?.len(),
+        })
     }
 
     /// The text of `tokens`; byte sequences that are not UTF-8 decode lossily, and
