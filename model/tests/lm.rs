@@ -7,7 +7,9 @@ use burn::module::{ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{MIXERS, Rng, TOL, devices, param_grads, rel_rms, tiny};
-use hla_model::lm::{DecayKind, FeatureMap, LmConfig, MixerKind, MlpKind, NormKind, Positions};
+use hla_model::lm::{
+    DecayKind, FeatureMap, Lm, LmConfig, LmState, MixerKind, MlpKind, NormKind, Positions,
+};
 
 /// The options a mixer can take, each changed from the defaults on its own.
 fn variants(mixer: MixerKind) -> Vec<LmConfig> {
@@ -61,6 +63,19 @@ fn tokens(
     Tensor::from_data(TensorData::new(values, [batch, time]), device)
 }
 
+/// The logits `[batch, time, vocab]` of `ids` served as generation does: a prefill of the
+/// first `prompt` tokens, then a step per token from the state; with the final state.
+fn prefill_then_step(model: &Lm, ids: &Tensor<2, Int>, prompt: usize) -> (Tensor<3>, LmState) {
+    let time = ids.dims()[1];
+    let mut state = model.init_state(ids.dims()[0]);
+    let mut parts = vec![model.prefill(ids.clone().slice(s![.., 0..prompt]), &mut state)];
+    for t in prompt..time {
+        let token = ids.clone().slice(s![.., t..=t]).squeeze_dim(1);
+        parts.push(model.step(token, &mut state).unsqueeze_dim(1));
+    }
+    (Tensor::cat(parts, 1), state)
+}
+
 /// flash-linear-attention's generation test: a full forward equals prefill of a prompt
 /// followed by token-by-token steps from its state (and `prefill_last` the prompt's last
 /// row of it).
@@ -73,14 +88,9 @@ fn prefill_then_step_equals_full_forward() {
                 let model = config.init(&device);
                 let ids = tokens(&mut Rng::new(3), 2, 21, config.vocab_size, &device);
                 let full = model.forward(ids.clone());
-                let mut state = model.init_state(2);
-                let mut parts = vec![model.prefill(ids.clone().slice(s![.., 0..9]), &mut state)];
-                for t in 9..21 {
-                    let token = ids.clone().slice(s![.., t..=t]).squeeze_dim(1);
-                    parts.push(model.step(token, &mut state).unsqueeze_dim(1));
-                }
+                let (served, state) = prefill_then_step(&model, &ids, 9);
                 assert_eq!(state.position(), 21);
-                let err = rel_rms(&Tensor::cat(parts, 1), &full);
+                let err = rel_rms(&served, &full);
                 assert!(
                     err <= TOL,
                     "{mixer:?}: prefill + step vs forward {err:.3e} for {config:?}"
@@ -124,13 +134,8 @@ fn hybrid_stacks_step_as_they_run_chunked() {
             let model = config.init(&device);
             let ids = tokens(&mut Rng::new(4), 2, 21, config.vocab_size, &device);
             let full = model.forward(ids.clone());
-            let mut state = model.init_state(2);
-            let mut parts = vec![model.prefill(ids.clone().slice(s![.., 0..9]), &mut state)];
-            for t in 9..21 {
-                let token = ids.clone().slice(s![.., t..=t]).squeeze_dim(1);
-                parts.push(model.step(token, &mut state).unsqueeze_dim(1));
-            }
-            let err = rel_rms(&Tensor::cat(parts, 1), &full);
+            let (served, _) = prefill_then_step(&model, &ids, 9);
+            let err = rel_rms(&served, &full);
             assert!(
                 err <= TOL,
                 "{}: serial vs chunked {err:.3e}",
