@@ -20,6 +20,8 @@ pub struct Finished {
     pub seconds: f64,
     /// Every step of the run, or this process's only when a resume lost the time before.
     pub steps_timed: usize,
+    /// The segments the run trained in (as saved in `history.json`).
+    pub history: History,
 }
 
 /// Writes the final weights of a run of `config` into `run`, validates them on `device`
@@ -74,7 +76,7 @@ pub fn finish(
         "validation": evaluation,
         "random_batch_estimate": estimate,
     });
-    write_metrics_csv(run, &History::load(&run.history(), t.eval_interval)?)?;
+    write_metrics_csv(run, &done.history)?;
     write_atomic(
         &run.metrics(),
         serde_json::to_string_pretty(&summary)?.as_bytes(),

@@ -69,77 +69,48 @@ pub enum Strategy {
     Ddp,
 }
 
-impl Strategy {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Multi => "multi",
-            Self::Ddp => "ddp",
+/// `name()`, `FromStr` and serde by the lowercase names config files use.
+macro_rules! by_name {
+    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            pub fn name(&self) -> &'static str {
+                match self { $(Self::$variant => $name),+ }
+            }
         }
-    }
-}
 
-impl FromStr for Strategy {
-    type Err = String;
+        impl FromStr for $ty {
+            type Err = String;
 
-    fn from_str(name: &str) -> Result<Self, String> {
-        match name {
-            "multi" => Ok(Self::Multi),
-            "ddp" => Ok(Self::Ddp),
-            other => Err(format!("{other:?} is not one of multi, ddp")),
+            fn from_str(name: &str) -> Result<Self, String> {
+                match name {
+                    $($name => Ok(Self::$variant),)+
+                    other => Err(format!(
+                        "{other:?} is not one of {}",
+                        [$($name),+].join(", ")
+                    )),
+                }
+            }
         }
-    }
-}
 
-impl Clip {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Global => "global",
-            Self::Parameter => "parameter",
+        /// By its name in config files.
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
         }
-    }
-}
 
-impl FromStr for Clip {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<Self, String> {
-        match name {
-            "global" => Ok(Self::Global),
-            "parameter" => Ok(Self::Parameter),
-            other => Err(format!("{other:?} is not one of global, parameter")),
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d)?
+                    .parse()
+                    .map_err(serde::de::Error::custom)
+            }
         }
-    }
+    };
 }
 
-/// By its name in config files.
-impl Serialize for Clip {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for Clip {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-/// By its name in config files.
-impl Serialize for Strategy {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for Strategy {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
+by_name!(Strategy { Multi => "multi", Ddp => "ddp" });
+by_name!(Clip { Global => "global", Parameter => "parameter" });
 
 impl Default for TrainSection {
     fn default() -> Self {

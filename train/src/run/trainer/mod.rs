@@ -130,6 +130,7 @@ pub fn train(job: &Job) -> Result<()> {
         lm: result.model.lm,
         seconds,
         steps_timed,
+        history,
     };
     finish::finish(config, &run, &devices[0], &data, finished)
 }
