@@ -126,7 +126,6 @@ fn composed(order: Order, x: &HlaInput, state: HlaState, c: usize) -> (Tensor<4>
 #[test]
 fn gpu_kernels_match_their_composed_forms() {
     let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
-    let ad = gpu().autodiff();
     let mut worst: f64 = 0.0;
     for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
         for gates in [Gates::None, Gates::Fixed] {
@@ -138,51 +137,98 @@ fn gpu_kernels_match_their_composed_forms() {
                     init_state: true,
                     ..Case::new(order)
                 };
-                let mut runs = Vec::new();
-                for kernel in [true, false] {
-                    let (qkv, log_g, init) = case.tensors(&ad);
-                    let qkv: Vec<Tensor<4>> = qkv.into_iter().map(Tensor::require_grad).collect();
-                    let init: Vec<Tensor<4>> = init
-                        .expect("an initial state")
-                        .into_iter()
-                        .map(Tensor::require_grad)
-                        .collect();
-                    let x = input(&qkv, &log_g);
-                    let state = HlaState::from_tensors(order, init.clone());
-                    let (o, state) = if kernel {
-                        forward(order, Form::Chunked(chunk), x, Some(state), case.output)
-                    } else {
-                        composed(order, &x, state, chunk)
-                    };
-                    let mut rng = Rng::new(99);
-                    let mut loss = (o.clone() * rng.tensor(o.dims(), 1.0, &ad)).sum();
-                    let mut out = vec![o.clone()];
-                    for s in state.tensors() {
-                        loss = loss + (s.clone() * rng.tensor(s.dims(), 1.0, &ad)).sum();
-                        out.push(s);
-                    }
-                    let grads = loss.backward();
-                    for x in qkv.iter().chain(&init) {
-                        out.push(x.grad(&grads).expect("gradient"));
-                    }
-                    runs.push(
-                        out.into_iter()
-                            .map(|t| to_cpu(t.inner()))
-                            .collect::<Vec<_>>(),
-                    );
-                }
-                for (i, (got, want)) in runs[0].iter().zip(&runs[1]).enumerate() {
-                    let err = rel_rms(got, want);
-                    assert!(
-                        err <= 1e-4,
-                        "{order:?} T={time} chunk {chunk}, result {i}: kernel vs composed {err:.3e} for {case:?}"
-                    );
-                    worst = worst.max(err);
-                }
+                worst = worst.max(kernel_vs_composed(&case, chunk));
             }
         }
     }
     eprintln!("GPU kernels vs composed forms: largest relative RMS error {worst:.2e}");
+}
+
+/// More sequences × heads than one axis of the grid holds (65,535 cubes on wgpu, capped
+/// at 4 here): the kernels' grid spreads over three axes, with idle cubes past the last
+/// sequence, and every sequence still gets its cube.
+#[test]
+fn gpu_kernels_take_more_sequences_than_one_grid_axis() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _cap = GridCap::new(4);
+    let mut worst: f64 = 0.0;
+    for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
+        // 7 × 3 = 21 cubes in a 4 × 4 × 2 grid.
+        let case = Case {
+            batch: 7,
+            init_state: true,
+            ..Case::new(order)
+        };
+        worst = worst.max(kernel_vs_composed(&case, 8));
+    }
+    eprintln!("GPU kernels on a spread grid vs composed forms: relative RMS error {worst:.2e}");
+}
+
+/// Caps the kernels' grid axes while it lives.
+struct GridCap;
+
+impl GridCap {
+    fn new(max: u32) -> Self {
+        hla_model::backend::cap_grid_axis(Some(max));
+        Self
+    }
+}
+
+impl Drop for GridCap {
+    fn drop(&mut self) {
+        hla_model::backend::cap_grid_axis(None);
+    }
+}
+
+/// The largest relative RMS error of `case`'s GPU kernels (chunks of `chunk`) against its
+/// composed form on the wgpu device, over the output, the final state and the gradients of
+/// q, k, v and the initial state; fails past 1e-4.
+fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
+    let (ad, order) = (gpu().autodiff(), case.order);
+    let mut runs = Vec::new();
+    for kernel in [true, false] {
+        let (qkv, log_g, init) = case.tensors(&ad);
+        let qkv: Vec<Tensor<4>> = qkv.into_iter().map(Tensor::require_grad).collect();
+        let init: Vec<Tensor<4>> = init
+            .expect("an initial state")
+            .into_iter()
+            .map(Tensor::require_grad)
+            .collect();
+        let x = input(&qkv, &log_g);
+        let state = HlaState::from_tensors(order, init.clone());
+        let (o, state) = if kernel {
+            forward(order, Form::Chunked(chunk), x, Some(state), case.output)
+        } else {
+            composed(order, &x, state, chunk)
+        };
+        let mut rng = Rng::new(99);
+        let mut loss = (o.clone() * rng.tensor(o.dims(), 1.0, &ad)).sum();
+        let mut out = vec![o.clone()];
+        for s in state.tensors() {
+            loss = loss + (s.clone() * rng.tensor(s.dims(), 1.0, &ad)).sum();
+            out.push(s);
+        }
+        let grads = loss.backward();
+        for x in qkv.iter().chain(&init) {
+            out.push(x.grad(&grads).expect("gradient"));
+        }
+        runs.push(
+            out.into_iter()
+                .map(|t| to_cpu(t.inner()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let mut worst: f64 = 0.0;
+    for (i, (got, want)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        let err = rel_rms(got, want);
+        assert!(
+            err <= 1e-4,
+            "{order:?} T={} chunk {chunk}, result {i}: kernel vs composed {err:.3e} for {case:?}",
+            case.time
+        );
+        worst = worst.max(err);
+    }
+    worst
 }
 
 /// The GPU kernels of the causal attention against Burn's attention op on the same device:
@@ -191,42 +237,66 @@ fn gpu_kernels_match_their_composed_forms() {
 #[test]
 fn gpu_attention_matches_the_composed_form() {
     let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let worst = [(17, 17, 0), (5, 12, 7)]
+        .into_iter()
+        .map(|(queries, keys, start)| attention_vs_composed([2, 3], [queries, keys, start], [8, 6]))
+        .fold(0.0, f64::max);
+    eprintln!("GPU attention vs composed form: largest relative RMS error {worst:.2e}");
+}
+
+/// More query rows than one axis of the grid holds in cubes of 256 units (65,535 × 256
+/// on wgpu, 2 × 256 here): the grid spreads over three axes and every row, and every
+/// key, still gets its unit.
+#[test]
+fn gpu_attention_takes_more_rows_than_one_grid_axis() {
+    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _cap = GridCap::new(2);
+    // 3 × 5 × 130 = 1,950 rows: 8 cubes of 256 in a 2 × 2 × 2 grid, 98 units idle.
+    let err = attention_vs_composed([3, 5], [130, 130, 0], [4, 3]);
+    eprintln!("GPU attention on a spread grid vs composed form: relative RMS error {err:.2e}");
+}
+
+/// The largest relative RMS error of the attention kernels against Burn's attention op on
+/// the wgpu device for `[batch, heads]`, `[queries, keys, start]` and widths `[d, dv]`,
+/// over the output and the gradients of q, k and v; fails past 1e-4.
+fn attention_vs_composed(
+    [b, h]: [usize; 2],
+    [queries, keys, start]: [usize; 3],
+    [d, dv]: [usize; 2],
+) -> f64 {
     use hla_model::lm::attention::{causal_attention, causal_attention_composed};
     let ad = gpu().autodiff();
-    let mut worst: f64 = 0.0;
-    for (queries, keys, start) in [(17, 17, 0), (5, 12, 7)] {
-        let mut rng = Rng::new(3);
-        let (q, k, v) = (
-            rng.tensor([2, 3, queries, 8], 1.0, &ad).require_grad(),
-            rng.tensor([2, 3, keys, 8], 1.0, &ad).require_grad(),
-            rng.tensor([2, 3, keys, 6], 1.0, &ad).require_grad(),
-        );
-        let cotangent = rng.tensor([2, 3, queries, 6], 1.0, &ad);
-        let mut runs = Vec::new();
-        for kernel in [true, false] {
-            let (q, k, v) = (q.clone(), k.clone(), v.clone());
-            let o = if kernel {
-                causal_attention(q.clone(), k.clone(), v.clone(), start)
-            } else {
-                causal_attention_composed(q.clone(), k.clone(), v.clone(), start)
-            };
-            let grads = (o.clone() * cotangent.clone()).sum().backward();
-            let mut out = vec![to_cpu(o.inner())];
-            for x in [&q, &k, &v] {
-                out.push(to_cpu(x.grad(&grads).expect("gradient")));
-            }
-            runs.push(out);
+    let mut rng = Rng::new(3);
+    let (q, k, v) = (
+        rng.tensor([b, h, queries, d], 1.0, &ad).require_grad(),
+        rng.tensor([b, h, keys, d], 1.0, &ad).require_grad(),
+        rng.tensor([b, h, keys, dv], 1.0, &ad).require_grad(),
+    );
+    let cotangent = rng.tensor([b, h, queries, dv], 1.0, &ad);
+    let mut runs = Vec::new();
+    for kernel in [true, false] {
+        let o = if kernel {
+            causal_attention(q.clone(), k.clone(), v.clone(), start)
+        } else {
+            causal_attention_composed(q.clone(), k.clone(), v.clone(), start)
+        };
+        let grads = (o.clone() * cotangent.clone()).sum().backward();
+        let mut out = vec![to_cpu(o.inner())];
+        for x in [&q, &k, &v] {
+            out.push(to_cpu(x.grad(&grads).expect("gradient")));
         }
-        for (i, (got, want)) in runs[0].iter().zip(&runs[1]).enumerate() {
-            let err = rel_rms(got, want);
-            assert!(
-                err <= 1e-4,
-                "Tq={queries} Tk={keys} start {start}, result {i}: kernel vs composed {err:.3e}"
-            );
-            worst = worst.max(err);
-        }
+        runs.push(out);
     }
-    eprintln!("GPU attention vs composed form: largest relative RMS error {worst:.2e}");
+    let mut worst: f64 = 0.0;
+    for (i, (got, want)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        let err = rel_rms(got, want);
+        assert!(
+            err <= 1e-4,
+            "[{b}, {h}] Tq={queries} Tk={keys} start {start}, result {i}: kernel vs composed {err:.3e}"
+        );
+        worst = worst.max(err);
+    }
+    worst
 }
 
 fn tokens(batch: usize, time: usize, vocab: usize, device: &Device) -> Tensor<2, Int> {

@@ -1,13 +1,105 @@
 //! What every GPU kernel's launch needs from a CubeCL device: how many units a cube may
-//! have, and uninitialised contiguous buffers.
+//! have, grids of any size, whether a call's buffers fit the device, and uninitialised
+//! contiguous buffers.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use burn::prelude::*;
 use burn::tensor::{DType, Shape};
+use burn_cubecl::cubecl::prelude::CubeCount;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
 /// Units per cube: wgpu's portable limit, or the device's own where it is lower.
 pub(crate) fn units(like: &CubeTensor) -> u32 {
-    like.client.properties().hardware.max_cube_dim.0.min(256)
+    let hardware = &like.client.properties().hardware;
+    hardware
+        .max_cube_dim
+        .0
+        .min(hardware.max_units_per_cube)
+        .min(256)
+}
+
+/// `cubes` cubes on `like`'s device, spread over the grid's axes where one
+/// axis is not enough (65,535 cubes on wgpu): the kernels read their linear position
+/// (`CUBE_POS`, `ABSOLUTE_POS`) and stop past the last cube or unit they need, since a
+/// spread grid may hold a few more.
+pub(crate) fn cubes(like: &CubeTensor, cubes: usize) -> CubeCount {
+    let (x, y, z) = like.client.properties().hardware.max_cube_count;
+    let axis = GRID_AXIS.load(Ordering::Relaxed);
+    let [x, y, z] = spread(cubes, [x, y, z].map(|m| m.min(axis)));
+    CubeCount::Static(x, y, z)
+}
+
+/// The most cubes along one axis of a grid, below the device's own limit: a test sets a
+/// small one to run the spread grids of [`cubes`] at small sizes. `u32::MAX`: the
+/// device's.
+static GRID_AXIS: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Caps every axis of the GPU kernels' grids at `max` cubes (`None`: the device's limits),
+/// so that a test reaches a grid spread over several axes without 65,536 cubes.
+#[doc(hidden)]
+pub fn cap_grid_axis(max: Option<u32>) {
+    GRID_AXIS.store(max.unwrap_or(u32::MAX).max(1), Ordering::Relaxed);
+}
+
+/// `[x, y, z]` cubes holding at least `cubes`, with at most `max[i]` along axis `i`: as
+/// few along `y` and `z` as the limits allow, so at most `x − 1` cubes per `y` row and
+/// one `x·y` plane are idle.
+///
+/// # Panics
+///
+/// If `max` cannot hold `cubes` (over 2⁴⁸ cubes on wgpu, so no buffer a kernel can index
+/// reaches it).
+fn spread(cubes: usize, max: [u32; 3]) -> [u32; 3] {
+    let x = cubes.clamp(1, max[0] as usize);
+    let rows = cubes.div_ceil(x);
+    let y = rows.clamp(1, max[1] as usize);
+    let z = rows.div_ceil(y);
+    assert!(
+        z <= max[2] as usize,
+        "{cubes} cubes exceed the grid {max:?}"
+    );
+    [x, y, z].map(|n| n as u32)
+}
+
+/// Elements a kernel can index: they index with 32-bit integers.
+const MAX_ELEMENTS: usize = u32::MAX as usize;
+
+/// What one buffer of a kernel may hold on a device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Limits {
+    /// The largest buffer the device binds to a kernel, in bytes (on wgpu its
+    /// `max_storage_buffer_binding_size`, under 4 GiB on Vulkan).
+    pub(crate) binding_bytes: u64,
+}
+
+impl Limits {
+    /// The limits of a CubeCL device; `None` elsewhere.
+    pub(crate) fn of(device: &Device) -> Option<Self> {
+        match device.clone().inner().as_dispatch() {
+            burn::backend::DispatchDevice::Cube(cube) => Some(Self {
+                binding_bytes: cube.client().properties().memory.max_page_size,
+            }),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// Whether a kernel can take f32 buffers of these lengths: each one bound whole and
+    /// indexed with 32-bit integers. Where they do not, the caller runs the composed form,
+    /// whose ops split their work themselves.
+    pub(crate) fn fit(&self, floats: impl IntoIterator<Item = usize>) -> bool {
+        floats.into_iter().all(|n| {
+            let bytes = (n as u64).saturating_mul(4);
+            n <= MAX_ELEMENTS && bytes <= self.binding_bytes
+        })
+    }
+}
+
+/// Whether f32 buffers of these lengths fit a kernel on `device` ([`Limits::fit`]).
+pub(crate) fn fits(device: &Device, floats: impl IntoIterator<Item = usize>) -> bool {
+    Limits::of(device).is_some_and(|limits| limits.fit(floats))
 }
 
 /// An uninitialised contiguous f32 tensor on `like`'s device (the kernels index their
@@ -15,4 +107,56 @@ pub(crate) fn units(like: &CubeTensor) -> u32 {
 pub(crate) fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
     let (client, device) = (like.client.clone(), like.device.clone());
     empty_device_contiguous_dtype(client, device, Shape::new(dims), DType::F32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A binding limit of 4 GiB − 1 byte, as many Vulkan devices report.
+    const VULKAN: Limits = Limits {
+        binding_bytes: u32::MAX as u64,
+    };
+
+    #[test]
+    fn a_buffer_fits_up_to_the_binding_limit_and_32_bit_indices() {
+        let small = Limits {
+            binding_bytes: 128 << 20,
+        };
+        assert!(small.fit([1, 32 << 20]));
+        assert!(!small.fit([1, (32 << 20) + 1]));
+        assert!(VULKAN.fit([(u32::MAX / 4) as usize]));
+        assert!(!VULKAN.fit([(u32::MAX / 4) as usize + 1]));
+        let unlimited = Limits {
+            binding_bytes: u64::MAX,
+        };
+        assert!(unlimited.fit([u32::MAX as usize]));
+        assert!(!unlimited.fit([u32::MAX as usize + 1]));
+        assert!(unlimited.fit([]));
+    }
+
+    #[test]
+    fn a_grid_spreads_over_its_axes_only_where_one_is_full() {
+        let wgpu = [65_535; 3];
+        assert_eq!(spread(1, wgpu), [1, 1, 1]);
+        assert_eq!(spread(65_535, wgpu), [65_535, 1, 1]);
+        assert_eq!(spread(65_536, wgpu), [65_535, 2, 1]);
+        assert_eq!(spread(10, [7, 7, 7]), [7, 2, 1]);
+        assert_eq!(spread(50, [7, 7, 7]), [7, 7, 2]);
+        assert_eq!(spread(343, [7, 7, 7]), [7, 7, 7]);
+        for cubes in 1..=343 {
+            let [x, y, z] = spread(cubes, [7, 7, 7]).map(|n| n as usize);
+            let held = x * y * z;
+            assert!(
+                held >= cubes && held - cubes < x * y,
+                "{cubes}: {x}×{y}×{z}"
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "exceed the grid")]
+    fn a_grid_too_large_for_the_device_is_refused() {
+        spread(344, [7, 7, 7]);
+    }
 }

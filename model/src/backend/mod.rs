@@ -32,6 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use burn::prelude::*;
 use burn::tensor::DType;
 
+#[cfg(gpu_kernels)]
+#[doc(hidden)]
+pub use gpu::cap_grid_axis;
 #[cfg(cpu_kernels)]
 pub(crate) use host::Host;
 

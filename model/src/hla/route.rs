@@ -1,7 +1,8 @@
 //! The router of the chunked form: for every order, which of its chunked forms runs. The
 //! CPU kernels run for f32 on a CPU device, the GPU kernels for f32 on a CubeCL device
-//! (gates without a gradient), both with keys per head and the kernels on
-//! ([`crate::backend::set_enabled`]); elsewhere the order's composed form.
+//! (gates without a gradient) where every buffer of the call fits the device, both with
+//! keys per head and the kernels on ([`crate::backend::set_enabled`]); elsewhere the
+//! order's composed form.
 
 use burn::prelude::*;
 
@@ -26,7 +27,14 @@ pub(crate) fn chunked<O: Operator>(
         && crate::backend::takes_gpu_kernel(&input.q)
         && input.log_g.as_ref().is_none_or(|g| !g.is_tracked())
     {
-        return on_gpu::<O>(input, state, chunk);
+        let kernel = super::gpu::GpuChunked {
+            kernels: O::GPU,
+            chunk,
+        };
+        let (q, v) = (input.q.shape(), input.v.shape());
+        if super::gpu::fits(&input.q.device(), &q, &v, kernel) {
+            return on_gpu::<O>(input, state, kernel);
+        }
     }
     O::chunked(input, state, chunk)
 }
@@ -65,12 +73,12 @@ pub(crate) fn on_cpu<O: Operator>(
 
 /// The GPU kernels' chunked form of `O` (as [`on_cpu`]).
 #[cfg(gpu_kernels)]
-fn on_gpu<O: Operator>(input: &HlaInput, state: O::State, chunk: usize) -> (Tensor<4>, O::State) {
-    use super::gpu::{GpuChunked, HlaGpuOps};
-    let kernel = GpuChunked {
-        kernels: O::GPU,
-        chunk,
-    };
+fn on_gpu<O: Operator>(
+    input: &HlaInput,
+    state: O::State,
+    kernel: super::gpu::GpuChunked,
+) -> (Tensor<4>, O::State) {
+    use super::gpu::HlaGpuOps;
     let packed = <burn::backend::Dispatch as HlaGpuOps>::hla_chunked(
         input.q.clone().into_dispatch(),
         input.k.clone().into_dispatch(),

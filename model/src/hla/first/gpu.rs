@@ -47,7 +47,12 @@ pub(crate) fn forward(
     let d = n.d;
     let dv = n.dv;
     let chunk = n.chunk;
-    let seq = CUBE_POS_X as usize;
+    // One cube per sequence and head; a grid spread over its axes may hold a few more.
+    let sequences = ws.shape(0);
+    let seq = CUBE_POS;
+    if seq >= sequences {
+        terminate!();
+    }
     let len = d * dv;
     let chunks = time.div_ceil(chunk);
     let qw = seq * ws.stride(0);
@@ -78,7 +83,6 @@ pub(crate) fn forward(
         scale(ws, sw, len, r);
         matmul(ws, rows(sw, dv), transposed(kw, d), rows(vw, dv), d, dv, c, true);
     }
-    let sequences = CUBE_COUNT_X as usize;
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
 }
 
@@ -105,8 +109,12 @@ pub(crate) fn backward(
     let d = n.d;
     let dv = n.dv;
     let chunk = n.chunk;
-    let seq = CUBE_POS_X as usize;
-    let sequences = CUBE_COUNT_X as usize;
+    // One cube per sequence and head; a grid spread over its axes may hold a few more.
+    let sequences = ws.shape(0);
+    let seq = CUBE_POS;
+    if seq >= sequences {
+        terminate!();
+    }
     let len = d * dv;
     let chunks = time.div_ceil(chunk);
     let qw = seq * ws.stride(0);

@@ -26,7 +26,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::zeros_client;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::{empty, units};
+use crate::backend::gpu::{cubes, empty, units};
 use blocks::DimsLaunch;
 
 /// What one call of the GPU chunked form computes.
@@ -122,6 +122,8 @@ pub(crate) struct LaunchSizes {
     chunks: usize,
     /// Floats of one head's state.
     len: usize,
+    /// Workspace floats of one cube, forward and backward.
+    workspace: [usize; 2],
 }
 
 impl LaunchSizes {
@@ -136,7 +138,24 @@ impl LaunchSizes {
             chunk: kernel.chunk,
             chunks: time.div_ceil(kernel.chunk),
             len: (kernel.kernels.state_len)(d, dv),
+            workspace: (kernel.kernels.workspace)(kernel.chunk, d, dv),
         }
+    }
+
+    /// Floats of every buffer the forward and backward kernels bind: `q` and `k`, `v`,
+    /// the packed output, the chunks' start states, a state, the two workspaces.
+    fn buffers(&self) -> [usize; 7] {
+        let per_sequence = |n: usize| self.sequences.saturating_mul(n);
+        let [forward, backward] = self.workspace;
+        [
+            per_sequence(self.time * self.d),
+            per_sequence(self.time * self.dv),
+            self.packed(),
+            self.starts(),
+            self.state(),
+            per_sequence(forward),
+            per_sequence(backward),
+        ]
     }
 
     /// The kernels' sizes, for gates `[gb, gh, time]`.
@@ -160,12 +179,21 @@ impl LaunchSizes {
     }
 }
 
+/// Whether the kernels can take a call with `q` and `v` of these shapes on `device`:
+/// every buffer they bind fits it ([`crate::backend::gpu::fits`]).
+pub(crate) fn fits(
+    device: &burn::prelude::Device,
+    q: &Shape,
+    v: &Shape,
+    kernel: GpuChunked,
+) -> bool {
+    crate::backend::gpu::fits(device, LaunchSizes::new(q, v, kernel).buffers())
+}
+
 /// One cube per sequence and head.
 fn grid(like: &CubeTensor, n: &LaunchSizes) -> (CubeCount, CubeDim) {
-    (
-        CubeCount::Static(n.sequences as u32, 1, 1),
-        CubeDim::new_1d(units(like)),
-    )
+    let dim = CubeDim::new_1d(units(like));
+    (cubes(like, n.sequences), dim)
 }
 
 /// `[q, k, v, log g [gb, gh, time], state]` (the state packed per head) → the packed
@@ -175,13 +203,7 @@ pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: GpuChunked) -> (CubeTenso
     let n = LaunchSizes::new(&q.shape(), &v.shape(), kernel);
     let [gb, gh, _] = log_g.shape().dims::<3>();
     let (packed, starts) = (empty(&q, [n.packed()]), empty(&q, [n.starts()]));
-    let ws = empty(
-        &q,
-        [
-            n.sequences,
-            (kernel.kernels.workspace)(kernel.chunk, n.d, n.dv)[0],
-        ],
-    );
+    let ws = empty(&q, [n.sequences, n.workspace[0]]);
     let ((count, dim), client) = (grid(&q, &n), q.client.clone());
     (kernel.kernels.forward)(Launch {
         client,
@@ -211,13 +233,7 @@ pub(crate) fn backward(
         empty(&q, k.shape().dims::<4>()),
     );
     let (dv, dstate) = (empty(&q, v.shape().dims::<4>()), empty(&q, [n.state()]));
-    let ws = empty(
-        &q,
-        [
-            n.sequences,
-            (kernel.kernels.workspace)(kernel.chunk, n.d, n.dv)[1],
-        ],
-    );
+    let ws = empty(&q, [n.sequences, n.workspace[1]]);
     let ((count, dim), client) = (grid(&q, &n), q.client.clone());
     (kernel.kernels.backward)(Launch {
         client: client.clone(),

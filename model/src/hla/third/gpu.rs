@@ -77,7 +77,12 @@ pub(crate) fn forward(
     let d = n.d;
     let dv = n.dv;
     let chunk = n.chunk;
-    let seq = CUBE_POS_X as usize;
+    // One cube per sequence and head; a grid spread over its axes may hold a few more.
+    let sequences = ws.shape(0);
+    let seq = CUBE_POS;
+    if seq >= sequences {
+        terminate!();
+    }
     let len = d * d + 2 * d * dv;
     let chunks = time.div_ceil(chunk);
     let qw = seq * ws.stride(0);
@@ -117,7 +122,6 @@ pub(crate) fn forward(
         matmul(ws, rows(sw, d), transposed(ekw, d), rows(kw, d), d, d, c, true);
         matmul(ws, rows(pw, dv), transposed(ekw, d), rows(vw, dv), d, dv, c, true);
     }
-    let sequences = CUBE_COUNT_X as usize;
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
 }
 
@@ -144,8 +148,12 @@ pub(crate) fn backward(
     let d = n.d;
     let dv = n.dv;
     let chunk = n.chunk;
-    let seq = CUBE_POS_X as usize;
-    let sequences = CUBE_COUNT_X as usize;
+    // One cube per sequence and head; a grid spread over its axes may hold a few more.
+    let sequences = ws.shape(0);
+    let seq = CUBE_POS;
+    if seq >= sequences {
+        terminate!();
+    }
     let len = d * d + 2 * d * dv;
     let chunks = time.div_ceil(chunk);
     let qw = seq * ws.stride(0);

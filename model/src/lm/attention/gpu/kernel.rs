@@ -15,7 +15,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::backend::gpu::{empty, units};
+use crate::backend::gpu::{cubes, empty, units};
 
 /// The keys `0 .. n` a query sees: `through` of them, at most `keys`.
 #[cube]
@@ -234,13 +234,11 @@ impl RowSizes {
     }
 }
 
-/// One unit per row of `rows`, in cubes of `like`'s device.
+/// One unit per row of `rows`, in cubes of `like`'s device (the kernels stop past the
+/// last row).
 fn grid(like: &CubeTensor, rows: usize) -> (CubeCount, CubeDim) {
-    let units = units(like);
-    (
-        CubeCount::Static((rows as u32).div_ceil(units), 1, 1),
-        CubeDim::new_1d(units),
-    )
+    let dim = CubeDim::new_1d(units(like));
+    (cubes(like, rows.div_ceil(dim.num_elems() as usize)), dim)
 }
 
 /// `[q, k, v]` → `o [b, h, Tq, dv]` and the log-sum-exp of every query's scores.

@@ -11,6 +11,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Cube, backend_extension};
+use burn::prelude::*;
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 
@@ -41,6 +42,15 @@ pub(crate) trait AttentionGpuKernels: Backend {
         grad: FloatTensor<Self>,
         start: usize,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// Whether the kernels can take `q`, `k`, `v`: every buffer they bind (these, `o`, the
+/// log-sum-exp) fits the device ([`crate::backend::gpu::fits`]).
+pub(crate) fn fits(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>) -> bool {
+    let ([b, h, queries, _], dv) = (q.dims(), v.dims()[3]);
+    let rows = b * h * queries;
+    let buffers = [q, k, v].map(|x| x.shape().num_elements());
+    crate::backend::gpu::fits(&q.device(), buffers.into_iter().chain([rows * dv, rows]))
 }
 
 /// The outputs of [`AttentionGpuKernels::attention_forward`] for its inputs.
