@@ -87,8 +87,8 @@ impl Limits {
     }
 
     /// Whether a kernel can take f32 buffers of these lengths: each one bound whole and
-    /// indexed with 32-bit integers. Where they do not, the caller runs the composed form,
-    /// whose ops split their work themselves.
+    /// indexed with 32-bit integers. Where they do not, the caller runs the composed form
+    /// (Burn's ops, whose intermediates are smaller: no saved chunk states, no workspace).
     pub(crate) fn fit(&self, floats: impl IntoIterator<Item = usize>) -> bool {
         floats.into_iter().all(|n| {
             let bytes = (n as u64).saturating_mul(4);
