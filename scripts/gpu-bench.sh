@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The prepared GPU measurement, for a machine with a GPU: the GPU tests on the real device
-# (the kernels against their composed forms), `hla verify` (every operator's forms agree on
-# the device), then `hla bench` of training steps, operators and matmuls on every GPU
-# device the binary has (wgpu; cuda when built with it), each fused kernel against its
-# composed form, into experiments/bench/gpu-<device>/ (tests.txt, verify.txt, bench.json,
-# bench.md, the time-vs-T charts). Sized for 10 minutes a device; not yet run on a GPU (no
-# task has had one).
+# The prepared GPU measurement, for a machine with a GPU, in one command of about 10
+# minutes (a GPU machine may be at hand for minutes only; each step has its time limit).
+# First the values, every device at once: the GPU tests on the real device (the kernels
+# against their composed forms, wgpu) and `hla verify` (every operator's forms agree on the
+# device, wgpu and cuda). Then the times, the GPU kernels against the composed forms in the
+# same rounds: the operators at flash-linear-attention's published chunk_gla shape (B4
+# T2048 H16 d128, chunk 64) and plain matmuls, PyTorch's references where PyTorch sees the
+# GPU, nanoGPT's training step and one sequence of 2048 (`train`), third order. Into
+# experiments/bench/gpu-<device>/ (tests.txt, verify.txt, b4-h16-d128/ and train/ with
+# bench.json and bench.md) and experiments/bench/gpu-machine.txt. First run on an NVIDIA
+# H200 on 2026-12-04 (experiments/bench/README.md).
 #
 #   scripts/gpu-bench.sh --build     on the CPU machine, beforehand: a stripped `hla` with
-#                                    the GPU features and the GPU test executables, packed
-#                                    into .gpu/hla-gpu.tar.xz (a GPU machine may have no
-#                                    Rust and no network; the pack travels with the tree)
+#                                    the GPU features, the GPU test executable and (with
+#                                    cuda) CUDA's libdevice, packed into
+#                                    .gpu/hla-gpu.tar.xz (a GPU machine may have no Rust
+#                                    and no network; the pack travels with the tree)
 #   scripts/gpu-bench.sh [HLA]       on the GPU machine. HLA: an hla binary built with
 #                                    --features wgpu and/or cuda (default: .gpu/hla,
 #                                    unpacked from the pack when only it is there, else
@@ -18,16 +23,13 @@
 #
 # Environment: HLA_GPU_FEATURES, the features --build compiles in (default "wgpu cuda";
 # cuda through scripts/cuda-build.sh, about 30 minutes cold); HLA_GPU_DEVICES, the devices
-# in order (default "wgpu cuda"); HLA_GPU_BENCH_TIMEOUT, the seconds each measurement of a
-# device may take (default 300); on a machine with PyTorch, scripts/gpu-reference.py then
-# measures the references (PyTorch's attention, flash-linear-attention, hla2's chunk
-# decomposition in PyTorch) into experiments/bench/gpu-reference/.
+# in order (default "cuda wgpu"); HLA_GPU_BENCH_SCALE, a whole number that multiplies every
+# step's time limit (default 1); on a machine with PyTorch, scripts/gpu-reference.py
+# measures the references (PyTorch's attention, flash-linear-attention when it imports,
+# hla2's chunk decomposition in PyTorch) into experiments/bench/gpu-reference/.
 #
 # Without a GPU, wgpu may open Mesa's software driver (lavapipe) instead: point
 # VK_ICD_FILENAMES at the GPU's Vulkan driver to be sure.
-#
-# Two problems: nanoGPT's step and one sequence of 2048 (`train`), and the operators at
-# flash-linear-attention's published chunk_gla shape, B4 H16 d128 up to T = 2048.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=.gpu/hla-gpu.tar.xz
@@ -42,10 +44,15 @@ if [ "${1:-}" = --build ]; then
         build=(cargo build --release)
     fi
     "${build[@]}" --features "$list" --bin hla
+    target="${CARGO_TARGET_DIR:-target}"
+    rm -rf .gpu/hla .gpu/tests "$pack"
+    mkdir -p .gpu/tests
+    # Now: building the tests below links target/release/hla again, with their features.
+    strip -o .gpu/hla "$target/release/hla"
     # The test executable of the GPU path that needs nothing else (model/tests/wgpu.rs:
-    # train's calls the hla binary at its build path), built with the same features on
-    # every crate, so it shares the build above.
-    tests=$(cargo test --release --workspace --features "$list" --test wgpu --no-run \
+    # train's calls the hla binary at its build path), built with wgpu alone (CI's feature
+    # set, so it shares CI's build; cuda would link a second LLVM into the pack).
+    tests=$(cargo test --release --workspace --features wgpu --test wgpu --no-run \
         --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -53,12 +60,14 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "/model#" in m["package_id"]:
         print(m["executable"])
 ')
-    target="${CARGO_TARGET_DIR:-target}"
-    rm -rf .gpu/hla .gpu/tests "$pack"
-    mkdir -p .gpu/tests
-    strip -o .gpu/hla "$target/release/hla"
     strip -o .gpu/tests/model-wgpu "$tests"
-    tar -C .gpu -cf - hla tests | xz -9 -T0 >"$pack"
+    packed=(hla tests)
+    if [[ " $features " == *" cuda "* ]]; then
+        # libdevice, for a GPU machine whose CUDA (if any) is not where cubecl looks.
+        scripts/cuda-libdevice.sh .gpu/cuda >/dev/null
+        packed+=(cuda)
+    fi
+    tar -C .gpu -cf - "${packed[@]}" | xz -9 -T0 >"$pack"
     size=$(stat -c %s "$pack")
     echo "gpu-bench: $pack, $((size / 1000000)) MB: hla ($features) and the model's GPU tests"
     if [ "$size" -gt 60000000 ]; then
@@ -74,37 +83,89 @@ fi
 default=target/release/hla
 [ -x .gpu/hla ] && default=.gpu/hla
 hla="${1:-$default}"
-measured=0
-limit="${HLA_GPU_BENCH_TIMEOUT:-300}"
-for device in ${HLA_GPU_DEVICES:-wgpu cuda}; do
+devices="${HLA_GPU_DEVICES:-cuda wgpu}"
+# Seconds per step: 200 for the values, then 9 minutes for the rest at most (a GPU
+# machine's command may have 10 minutes: the last steps may not be reached).
+scale="${HLA_GPU_BENCH_SCALE:-1}"
+limit() { echo $(($1 * scale)); }
+
+# libdevice for the cuda device (cubecl links it into kernels that call exp): a CUDA
+# toolkit's where there is one, else the pack's.
+cuda_roots=(/usr/local/cuda /opt/cuda /usr/lib/cuda /usr)
+if [ -z "${CUDA_PATH:-}" ] && [ -e .gpu/cuda/nvvm/libdevice/libdevice.10.bc ]; then
+    found=0
+    for root in "${cuda_roots[@]}"; do
+        [ -e "$root/nvvm/libdevice/libdevice.10.bc" ] && found=1 && break
+    done
+    [ "$found" = 1 ] || export CUDA_PATH="$PWD/.gpu/cuda"
+fi
+
+mkdir -p experiments/bench
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
+        >experiments/bench/gpu-machine.txt 2>&1 || true
+fi
+
+# First the values, on every device at once (they took 2 to 3 minutes each on an H200,
+# mostly compiling kernels: side by side they fit the time): the GPU tests (the kernels
+# against their composed forms, on wgpu's default device, the GPU), then `hla verify`
+# (every operator's forms agree on the device). A device the binary lacks, or one this
+# machine cannot open, is left out of the timings.
+for device in $devices; do
     out="experiments/bench/gpu-$device"
     mkdir -p "$out"
-    # First the tests of the GPU path, on the real device (wgpu's default device is the
-    # GPU): the kernels against their composed forms, a training step against the CPU's.
     if [ "$device" = wgpu ] && [ -x .gpu/tests/model-wgpu ]; then
-        timeout "$limit" .gpu/tests/model-wgpu --test-threads 1 2>&1 | tee "$out/tests.txt" ||
-            echo "gpu-bench: the GPU tests failed or stopped (see $out/tests.txt)" >&2
+        { timeout "$(limit 200)" .gpu/tests/model-wgpu --test-threads 1 >"$out/tests.txt" 2>&1 ||
+            echo "gpu-bench: the GPU tests failed or stopped (see $out/tests.txt)" >&2; } &
     fi
-    # Then the values: every operator's forms agree on this device (a device the binary
-    # lacks, or one this machine cannot open, fails at once).
-    if ! timeout "$limit" "$hla" verify --device "$device" 2>&1 | tee "$out/verify.txt"; then
+    timeout "$(limit 200)" "$hla" verify --device "$device" >"$out/verify.txt" 2>&1 &
+done
+wait
+present=()
+for device in $devices; do
+    out="experiments/bench/gpu-$device"
+    cat "$out/tests.txt" "$out/verify.txt" 2>/dev/null || true
+    if tail -n 1 "$out/verify.txt" | grep -q "^all forms agree"; then
+        present+=("$device")
+    else
         echo "gpu-bench: $device: no device, or its forms disagree (see $out/verify.txt)" >&2
-        # It ran (and disagreed): measure anyway; it did not run: no such device here.
-        grep -q "^operator" "$out/verify.txt" || continue
+        # It ran (and disagreed, or ran out of time): measure anyway; it did not run: no
+        # such device here.
+        grep -q "^operator" "$out/verify.txt" && present+=("$device")
     fi
-    # Each measurement on its own: one that runs out of time leaves the others.
-    timeout "$limit" "$hla" bench --device "$device" --quick --only operators,matmul --composed \
-        --operator-shape 4,16,128 --out "$out/b4-h16-d128" ||
+done
+
+# Then the times: the operators at flash-linear-attention's chunk_gla shape (B4 T2048 H16
+# d128, chunk 64) and plain matmuls, PyTorch's references, training steps, then third
+# order, each kernel against its composed form in the same rounds. Each measurement on its
+# own: one that runs out of time leaves the others.
+for device in "${present[@]}"; do
+    out="experiments/bench/gpu-$device"
+    timeout "$(limit 100)" "$hla" bench --device "$device" --quick --only operators,matmul \
+        --composed --operator-shape 4,16,128 --time 2048 \
+        --operator hla2-chunked,linear-chunked,softmax --out "$out/b4-h16-d128" ||
         echo "gpu-bench: $device operators stopped (exit $?)" >&2
-    timeout "$limit" "$hla" bench --device "$device" --quick --only train --composed \
-        --workload nanogpt,long --out "$out/train" ||
-        echo "gpu-bench: $device training steps stopped (exit $?)" >&2
-    measured=1
 done
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-    timeout "$limit" python3 scripts/gpu-reference.py --out experiments/bench/gpu-reference || true
+    mkdir -p experiments/bench/gpu-reference
+    PYTHONUNBUFFERED=1 timeout "$(limit 80)" python3 scripts/gpu-reference.py \
+        --out experiments/bench/gpu-reference 2>&1 | tee experiments/bench/gpu-reference/log.txt ||
+        echo "gpu-bench: the references stopped" >&2
 fi
-if [ "$measured" = 0 ]; then
+for device in "${present[@]}"; do
+    out="experiments/bench/gpu-$device"
+    timeout "$(limit 90)" "$hla" bench --device "$device" --quick --only train --composed \
+        --workload nanogpt,long --out "$out/train" ||
+        echo "gpu-bench: $device training steps stopped (exit $?)" >&2
+done
+# Last, third order (the issue's targets name the others).
+for device in "${present[@]}"; do
+    out="experiments/bench/gpu-$device"
+    timeout "$(limit 45)" "$hla" bench --device "$device" --quick --only operators --composed \
+        --operator-shape 4,16,128 --time 2048 --operator hla3-chunked --out "$out/b4-h16-d128-hla3" ||
+        echo "gpu-bench: $device third order stopped (exit $?)" >&2
+done
+if [ "${#present[@]}" = 0 ]; then
     echo "gpu-bench: no GPU device could run" >&2
     exit 1
 fi

@@ -144,6 +144,23 @@ def cases(b, t, h, d, chunk):
     return out
 
 
+def write(report, args):
+    """reference.json and reference.md in args.out."""
+    shape = report["shape"]
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "reference.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.join(args.out, "reference.md"), "w") as f:
+        f.write(f"# Reference timings on {report['device']} (PyTorch {report['torch']})\n\n")
+        f.write(
+            f"Forward + backward, B{shape['batch']} T{shape['seq_len']} H{shape['heads']} "
+            f"d{shape['head_dim']}, median of {args.reps}, TF32 matmuls allowed.\n\n"
+        )
+        f.write("| what | dtype | ms |\n|---|---|---|\n")
+        for row in report["rows"]:
+            f.write(f"| {row['name']} | {row['dtype']} | {row['fwd_bwd_ms']:.3f} |\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None)
@@ -155,7 +172,14 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     error = check_hla2()
-    rows = []
+    report = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "shape": {"batch": b, "seq_len": t, "heads": h, "head_dim": d, "chunk": args.chunk},
+        "tf32": True,
+        "hla2_decomposition_relative_error_f64": error,
+        "rows": [],
+    }
     for name, dtype, build in cases(b, t, h, d, args.chunk):
         try:
             ms = time_ms(build(), args.reps)
@@ -163,26 +187,11 @@ def main():
             print(f"gpu-reference: {name} {dtype} failed: {failure}", file=sys.stderr)
             continue
         row = {"name": name, "dtype": str(dtype).removeprefix("torch."), "fwd_bwd_ms": round(ms, 4)}
-        rows.append(row)
+        report["rows"].append(row)
         print(f"{row['name']:<34} {row['dtype']:<9} {row['fwd_bwd_ms']:>9.3f} ms", flush=True)
-    report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "shape": {"batch": b, "seq_len": t, "heads": h, "head_dim": d, "chunk": args.chunk},
-        "tf32": True,
-        "hla2_decomposition_relative_error_f64": error,
-        "rows": rows,
-    }
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "reference.json"), "w") as f:
-            json.dump(report, f, indent=2)
-        with open(os.path.join(args.out, "reference.md"), "w") as f:
-            f.write(f"# Reference timings on {report['device']} (PyTorch {report['torch']})\n\n")
-            f.write(f"Forward + backward, B{b} T{t} H{h} d{d}, median of {args.reps}, TF32 matmuls allowed.\n\n")
-            f.write("| what | dtype | ms |\n|---|---|---|\n")
-            for row in rows:
-                f.write(f"| {row['name']} | {row['dtype']} | {row['fwd_bwd_ms']:.3f} |\n")
+        # After every row: a run stopped by its time limit keeps what it measured.
+        if args.out:
+            write(report, args)
     flops = 2 * b * h * (t // args.chunk) * (2 * args.chunk**2 * (3 * d + d) + 4 * args.chunk * d * 2 * d)
     print(f"(hla2 forward matmul work at this shape: {flops / 1e9:.1f} GFLOP; math.md §5)")
 

@@ -2,12 +2,13 @@
 //! mixer and option, one language model's loss and the gradient of every parameter, and its
 //! token-by-token logits from the serial recurrence, are the same with the kernels on and
 //! off. (The only tests of this binary, one after the other: they switch the process-wide
-//! `hla_model::backend::set_enabled`.)
+//! `hla_model::backend::set_kernels`.)
 
 mod common;
 
 use burn::prelude::*;
 use common::{MIXERS, Rng, devices, param_grads, rel_rms, tiny};
+use hla_model::backend::{Kernels, set_kernels};
 use hla_model::lm::{DecayKind, FeatureMap, Lm, LmConfig, MixerKind, MlpKind, NormKind, Positions};
 
 /// The tiny model of every case, with options changed one at a time.
@@ -82,11 +83,11 @@ fn cpu_kernels_change_no_loss_and_no_gradient() {
                 tokens(&mut rng, (3, 21), &ad),
                 tokens(&mut rng, (3, 21), &ad),
             );
-            hla_model::backend::set_enabled(true);
+            set_kernels(Kernels::Cpu);
             let kernel = loss_and_grads(&lm, &inputs, &targets);
-            hla_model::backend::set_enabled(false);
+            set_kernels(Kernels::None);
             let composed = loss_and_grads(&lm, &inputs, &targets);
-            hla_model::backend::set_enabled(true);
+            set_kernels(Kernels::Cpu);
             let case = format!("{config:?} on {device:?}");
             let loss_error = rel_rms(&kernel.0, &composed.0);
             assert!(loss_error < 1e-5, "{case}: loss error {loss_error:e}");
@@ -112,8 +113,8 @@ fn cpu_serial_steps_equal_the_composed_recurrence() {
             let lm = config.init(&device);
             let ids = tokens(&mut Rng::new(7), (2, 13), &device);
             let mut runs = Vec::new();
-            for enabled in [true, false] {
-                hla_model::backend::set_enabled(enabled);
+            for kernels in [Kernels::Cpu, Kernels::None] {
+                set_kernels(kernels);
                 let mut state = lm.init_state(2);
                 let mut steps = vec![lm.prefill(ids.clone().slice(s![.., 0..5]), &mut state)];
                 for t in 5..13 {
@@ -122,7 +123,7 @@ fn cpu_serial_steps_equal_the_composed_recurrence() {
                 }
                 runs.push(Tensor::cat(steps, 1));
             }
-            hla_model::backend::set_enabled(true);
+            set_kernels(Kernels::Cpu);
             let error = rel_rms(&runs[0], &runs[1]);
             assert!(
                 error < 1e-5,

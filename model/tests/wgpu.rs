@@ -2,7 +2,8 @@
 //! one training step of the language model give ndarray's numbers for the same inputs
 //! and weights, and the GPU kernels give their composed forms' numbers. Shapes stay small:
 //! a software Vulkan device (lavapipe, in CI) compiles every shader on the CPU. The tests
-//! take turns ([`SWITCH`]): one switches the process-wide kernels off and on.
+//! take turns ([`SWITCH`]): they switch the process-wide kernels, which are off by default
+//! on a GPU.
 #![cfg(all(feature = "wgpu", feature = "ndarray"))]
 
 mod common;
@@ -10,6 +11,7 @@ mod common;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{Case, Gates, MIXERS, Rng, input, param_grads, rel_rms, tiny};
+use hla_model::backend::{Kernels, set_kernels};
 use hla_model::hla::{Form, HlaInput, HlaState, Order, ahla, first, forward, second, third};
 use hla_model::lm::{DecayKind, LmConfig};
 
@@ -67,7 +69,7 @@ fn results(case: &Case, form: Form, device: &Device) -> Vec<(String, Tensor<4>)>
 
 #[test]
 fn hla_forms_match_the_cpu() {
-    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _switch = kernels(Kernels::default());
     let (gpu, cpu) = (gpu(), cpu());
     let mut worst: f64 = 0.0;
     for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
@@ -125,7 +127,7 @@ fn composed(order: Order, x: &HlaInput, state: HlaState, c: usize) -> (Tensor<4>
 /// lengths and an initial state.
 #[test]
 fn gpu_kernels_match_their_composed_forms() {
-    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _switch = kernels(Kernels::All);
     let mut worst: f64 = 0.0;
     for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
         for gates in [Gates::None, Gates::Fixed] {
@@ -149,7 +151,7 @@ fn gpu_kernels_match_their_composed_forms() {
 /// sequence, and every sequence still gets its cube.
 #[test]
 fn gpu_kernels_take_more_sequences_than_one_grid_axis() {
-    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _switch = kernels(Kernels::All);
     let _cap = GridCap::new(4);
     let mut worst: f64 = 0.0;
     for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
@@ -236,7 +238,7 @@ fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
 /// sequence and for queries from a later position (a cache's keys before them).
 #[test]
 fn gpu_attention_matches_the_composed_form() {
-    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _switch = kernels(Kernels::All);
     let worst = [(17, 17, 0), (5, 12, 7)]
         .into_iter()
         .map(|(queries, keys, start)| attention_vs_composed([2, 3], [queries, keys, start], [8, 6]))
@@ -249,7 +251,7 @@ fn gpu_attention_matches_the_composed_form() {
 /// key, still gets its unit.
 #[test]
 fn gpu_attention_takes_more_rows_than_one_grid_axis() {
-    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _switch = kernels(Kernels::All);
     let _cap = GridCap::new(2);
     // 3 × 5 × 130 = 1,950 rows: 8 cubes of 256 in a 2 × 2 × 2 grid, 98 units idle.
     let err = attention_vs_composed([3, 5], [130, 130, 0], [4, 3]);
@@ -324,7 +326,7 @@ fn train_step(config: &LmConfig, weights: burn::store::ModuleRecord, device: &De
 /// give the same loss on both devices, before and after one AdamW step.
 #[test]
 fn lm_training_step_matches_the_cpu() {
-    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _switch = kernels(Kernels::default());
     for mixer in MIXERS {
         let config = tiny(mixer);
         let cpu = cpu();
@@ -351,7 +353,7 @@ fn lm_training_step_matches_the_cpu() {
 /// composed forms).
 #[test]
 fn gpu_kernels_change_no_loss_and_no_gradient() {
-    let _one_at_a_time = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _switch = kernels(Kernels::All);
     let ad = gpu().autodiff();
     let mixers = MIXERS
         .into_iter()
@@ -363,8 +365,8 @@ fn gpu_kernels_change_no_loss_and_no_gradient() {
         let ids = tokens(3, 22, config.vocab_size, &ad);
         let (inputs, targets) = (ids.clone().slice(s![.., 0..21]), ids.slice(s![.., 1..22]));
         let mut runs = Vec::new();
-        for enabled in [true, false] {
-            hla_model::backend::set_enabled(enabled);
+        for kernels in [Kernels::All, Kernels::None] {
+            set_kernels(kernels);
             let loss = lm.loss(inputs.clone(), targets.clone());
             let grads = param_grads(&lm, &loss.backward());
             runs.push((
@@ -372,7 +374,6 @@ fn gpu_kernels_change_no_loss_and_no_gradient() {
                 grads.into_iter().map(to_cpu).collect::<Vec<_>>(),
             ));
         }
-        hla_model::backend::set_enabled(true);
         let ((loss, grads), (want_loss, want_grads)) = (&runs[0], &runs[1]);
         let error = rel_rms(loss, want_loss);
         assert!(error < 1e-5, "{mixer:?}: loss error {error:e}");
@@ -388,3 +389,21 @@ fn gpu_kernels_change_no_loss_and_no_gradient() {
 
 /// The tests switch the process-wide kernels; they take turns.
 static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A test's turn at [`SWITCH`] with the kernels set to `kernels`: the GPU kernels' tests
+/// turn them on (they are off by default); the default comes back when the turn ends.
+fn kernels(kernels: Kernels) -> Turn {
+    let guard = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    set_kernels(kernels);
+    Turn { _guard: guard }
+}
+
+struct Turn {
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        set_kernels(Kernels::default());
+    }
+}

@@ -303,6 +303,60 @@ fn bench_takes_the_operator_shape_and_composed_operators() {
     assert!(stderr.contains("not three positive integers"), "{stderr}");
 }
 
+/// `hla bench --operator A,B --time T,…` times only those operators at those lengths (in
+/// increasing order), with the kernels-against-composed table; an unknown operator gets
+/// one message listing the operators.
+#[test]
+fn bench_takes_the_operators_and_lengths() {
+    let args = [
+        "--operator-shape",
+        "1,1,8",
+        "--composed",
+        "--operator",
+        "softmax,hla2-chunked",
+        "--time",
+        "96,32",
+    ];
+    let (report, tables) = quick_bench("operators", &args);
+    let rows = report["operators"].as_array().expect("operator rows");
+    let mut seen: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["operator"].as_str().unwrap().to_string(),
+                r["time"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.dedup();
+    let want: Vec<(String, u64)> = [32, 96]
+        .into_iter()
+        .flat_map(|t| {
+            [
+                "hla2-chunked",
+                "hla2-chunked composed",
+                "softmax",
+                "softmax composed",
+            ]
+            .map(|op| (op.to_string(), t))
+        })
+        .collect();
+    assert_eq!(seen, want, "{report}");
+    assert!(
+        tables.contains("| hla2-chunked | forward+backward | 96 | "),
+        "{tables}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let output = hla(dir.path(), &["bench", "--operator", "hla4"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`hla4` is not an operator: hla2-chunked"),
+        "{stderr}"
+    );
+}
+
 /// `hla bench --only decode`: every mixer at every position, each timed over the same
 /// rounds; HLA's state bytes do not grow, softmax attention's KV cache does; only the
 /// decode section is rendered.

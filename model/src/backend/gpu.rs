@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use burn::prelude::*;
 use burn::tensor::{DType, Shape};
+use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
 use burn_cubecl::cubecl::prelude::CubeCount;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
@@ -100,6 +101,19 @@ impl Limits {
 /// Whether f32 buffers of these lengths fit a kernel on `device` ([`Limits::fit`]).
 pub(crate) fn fits(device: &Device, floats: impl IntoIterator<Item = usize>) -> bool {
     Limits::of(device).is_some_and(|limits| limits.fit(floats))
+}
+
+/// Whether `device` is a CubeCL device whose f32 matmuls Burn runs on TF32 tensor cores
+/// (see [`super::tf32_matmuls`]).
+pub(crate) fn tf32_matmuls(device: &Device) -> bool {
+    match device.clone().inner().as_dispatch() {
+        burn::backend::DispatchDevice::Cube(cube) => cube
+            .client()
+            .properties()
+            .supports_type(ElemType::Float(FloatKind::TF32)),
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
 }
 
 /// An uninitialised contiguous f32 tensor on `like`'s device (the kernels index their

@@ -15,7 +15,7 @@
 //! * the GPU kernels run for f32 tensors on a CubeCL device ([`takes_gpu_kernel`]: wgpu,
 //!   cuda);
 //!
-//! both while [`set_enabled`] has not turned the kernels off.
+//! as [`set_kernels`] says: by default the CPU kernels only (see [`Kernels`] for why).
 
 #[cfg(any(cpu_kernels, gpu_kernels))]
 pub(crate) mod autodiff;
@@ -27,7 +27,7 @@ pub(crate) mod gpu;
 mod host;
 pub(crate) mod simd;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use burn::prelude::*;
 use burn::tensor::DType;
@@ -38,28 +38,64 @@ pub use gpu::cap_grid_axis;
 #[cfg(cpu_kernels)]
 pub(crate) use host::Host;
 
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Turns the hand-written kernels, CPU and GPU, on (the default) or off: off, every op runs
-/// its composed form (to measure what the kernels gain, or to rule them out).
-pub fn set_enabled(enabled: bool) {
-    ENABLED.store(enabled, Ordering::Relaxed);
+/// Which hand-written kernels run in place of the composed forms.
+///
+/// The GPU kernels are off by default. On an NVIDIA H200 (experiments/bench/gpu-cuda and
+/// gpu-wgpu), at B4 T2048 H16 d128, their forward+backward took 14 to 36 times as long as
+/// the composed forms, which run on Burn's autotuned tiled matmuls, on cuda and on wgpu
+/// alike (on lavapipe, too, they were slower). They stay as the base of faster kernels, and
+/// the bench and the tests turn them on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kernels {
+    /// Every op runs its composed form.
+    None,
+    /// The CPU kernels on CPU devices; the composed forms on GPU devices.
+    #[default]
+    Cpu,
+    /// The CPU kernels on CPU devices, the GPU kernels on GPU devices.
+    All,
 }
 
-/// Whether the hand-written kernels are on.
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
+static KERNELS: AtomicU8 = AtomicU8::new(Kernels::Cpu as u8);
+
+/// Sets which hand-written kernels run, process-wide (to measure what they gain, or to
+/// rule them out).
+pub fn set_kernels(kernels: Kernels) {
+    KERNELS.store(kernels as u8, Ordering::Relaxed);
 }
 
-/// Whether an op on `x` takes its CPU kernel: f32 on a CPU device, kernels on.
+/// Which hand-written kernels run.
+pub fn kernels() -> Kernels {
+    match KERNELS.load(Ordering::Relaxed) {
+        0 => Kernels::None,
+        1 => Kernels::Cpu,
+        _ => Kernels::All,
+    }
+}
+
+/// Whether an op on `x` takes its CPU kernel: f32 on a CPU device, CPU kernels on.
 pub(crate) fn takes_cpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
-    enabled() && x.dtype() == DType::F32 && on_cpu(&x.device())
+    kernels() != Kernels::None && x.dtype() == DType::F32 && on_cpu(&x.device())
 }
 
-/// Whether an op on `x` takes its GPU kernel: f32 on a CubeCL device, kernels on.
+/// Whether an op on `x` takes its GPU kernel: f32 on a CubeCL device, GPU kernels on.
 #[cfg(gpu_kernels)]
 pub(crate) fn takes_gpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
-    enabled() && x.dtype() == DType::F32 && on_gpu(&x.device())
+    kernels() == Kernels::All && x.dtype() == DType::F32 && on_gpu(&x.device())
+}
+
+/// Whether Burn runs `device`'s f32 matmuls on TF32 tensor cores: its CubeCL matmul
+/// stages f32 operands as tf32 wherever the device supports that type (cuda, on NVIDIA
+/// GPUs from Ampere on), keeping 10 of their 23 mantissa bits, so results differ from f32
+/// arithmetic by about 1e-4 to 1e-3 (relative RMS 3e-4 between the HLA forms on an H200).
+pub fn tf32_matmuls(device: &Device) -> bool {
+    #[cfg(gpu_kernels)]
+    return gpu::tf32_matmuls(device);
+    #[cfg(not(gpu_kernels))]
+    {
+        let _ = device;
+        false
+    }
 }
 
 /// Whether `device` is a CPU device (ndarray, flex), which has the CPU kernels.
@@ -80,5 +116,25 @@ pub fn on_gpu(device: &Device) -> bool {
         #[cfg(gpu_kernels)]
         burn::backend::DispatchDevice::Cube(_) => true,
         _ => false,
+    }
+}
+
+#[cfg(all(test, feature = "wgpu"))]
+mod tests {
+    use super::*;
+
+    /// A GPU device takes the composed forms until the GPU kernels are turned on, and a
+    /// wgpu device (Vulkan: no TF32 type) keeps f32 matmuls in f32.
+    #[test]
+    fn gpu_kernels_run_only_when_turned_on() {
+        let gpu = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        let x = Tensor::<1>::zeros([4], &gpu);
+        assert_eq!(kernels(), Kernels::Cpu);
+        assert!(!takes_gpu_kernel(&x));
+        set_kernels(Kernels::All);
+        let on = takes_gpu_kernel(&x);
+        set_kernels(Kernels::default());
+        assert!(on);
+        assert!(!tf32_matmuls(&gpu));
     }
 }

@@ -1,8 +1,8 @@
 //! The router of the chunked form: for every order, which of its chunked forms runs. The
 //! CPU kernels run for f32 on a CPU device, the GPU kernels for f32 on a CubeCL device
 //! (gates without a gradient) where every buffer of the call fits the device, both with
-//! keys per head and the kernels on ([`crate::backend::set_enabled`]); elsewhere the
-//! order's composed form.
+//! keys per head and as [`crate::backend::set_kernels`] allows (by default the CPU
+//! kernels only); elsewhere the order's composed form.
 
 use burn::prelude::*;
 

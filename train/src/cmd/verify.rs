@@ -14,6 +14,10 @@ use crate::run::devices;
 
 /// Largest relative RMS error allowed in f32.
 const TOLERANCE: f64 = 1e-4;
+/// Largest relative RMS error allowed where f32 matmuls run on TF32 tensor cores (cuda):
+/// about four times TF32's rounding of one operand (2⁻¹¹); the forms measured 3e-4 apart
+/// on an H200, and a wrong form is off by far more.
+const TF32_TOLERANCE: f64 = 2e-3;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -84,10 +88,15 @@ pub fn run(args: &Args) -> Result<()> {
         );
         worst = errors.into_iter().fold(worst, f64::max);
     }
-    if worst > TOLERANCE {
-        bail!("the forms disagree: largest relative RMS error {worst:.2e} > {TOLERANCE:e}");
+    let (tolerance, why) = if hla_model::backend::tf32_matmuls(&device) {
+        (TF32_TOLERANCE, ", this device's f32 matmuls run in TF32")
+    } else {
+        (TOLERANCE, "")
+    };
+    if worst > tolerance {
+        bail!("the forms disagree: largest relative RMS error {worst:.2e} > {tolerance:e}{why}");
     }
-    println!("all forms agree (largest relative RMS error {worst:.2e} ≤ {TOLERANCE:e})");
+    println!("all forms agree (largest relative RMS error {worst:.2e} ≤ {tolerance:e}{why})");
     Ok(())
 }
 

@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::prelude::*;
-use hla_model::bench::Shape5;
+use hla_model::backend::{Kernels, set_kernels};
+use hla_model::bench::{Operator, Shape5};
 use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
 
@@ -64,7 +65,8 @@ pub struct Args {
     seed: u64,
     /// Also measure every training step and operator with the fused kernels off (their
     /// composed forms), in the same rounds: the CPU kernels, or on a GPU the chunked HLA's
-    /// and the attention's.
+    /// and the attention's. The fused rows run every kernel, the GPU kernels too, which
+    /// training leaves off (measured slower than the composed forms on an H200).
     #[arg(long)]
     composed: bool,
     /// Operators, matmul and sweep sections: batch, heads and head width of the operator
@@ -72,6 +74,15 @@ pub struct Args {
     /// flash-linear-attention's published chunk_gla figure).
     #[arg(long, value_name = "B,H,D", default_value = "1,4,64", value_parser = parse_problem)]
     operator_shape: Problem,
+    /// Operators section: only these operators (default: all; the serial recurrence's
+    /// backward is the slow one on a GPU).
+    #[arg(long, value_delimiter = ',', value_parser = parse_operator)]
+    operator: Vec<Operator>,
+    /// Operators section: these sequence lengths instead of `--quick`'s or the default's
+    /// (the matmul section's longest then follows the longest of them).
+    #[arg(long = "time", value_name = "T", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    times: Vec<u32>,
     /// Train section: only these mixers (default: all).
     #[arg(long, value_delimiter = ',', value_parser = parse_mixer)]
     mixer: Vec<MixerKind>,
@@ -85,6 +96,16 @@ pub struct Args {
 
 fn parse_mixer(name: &str) -> Result<MixerKind, String> {
     name.parse()
+}
+
+fn parse_operator(name: &str) -> Result<Operator, String> {
+    Operator::ALL
+        .into_iter()
+        .find(|op| op.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<_> = Operator::ALL.iter().map(|op| op.name()).collect();
+            format!("`{name}` is not an operator: {}", names.join(", "))
+        })
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,7 +214,11 @@ pub fn run(args: &Args) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         write_atomic(&dir.join("bench.json"), json.as_bytes())?;
         write_atomic(&dir.join("bench.md"), tables.as_bytes())?;
-        if !report.operators.is_empty() {
+        if report
+            .operators
+            .iter()
+            .any(|r| r.time != report.operators[0].time)
+        {
             plot_times(dir, &report.operators)?;
         }
     }
@@ -220,7 +245,12 @@ fn measure(args: &Args) -> Result<Report> {
         problem: args.operator_shape,
     };
     let (chunk, segment) = (args.chunk as usize, args.segment as usize);
-    let times: &[usize] = if args.quick {
+    let mut chosen: Vec<usize> = args.times.iter().map(|&t| t as usize).collect();
+    chosen.sort_unstable();
+    chosen.dedup();
+    let times: &[usize] = if !chosen.is_empty() {
+        &chosen
+    } else if args.quick {
         &[256, 512, 1024, 2048]
     } else {
         &[256, 512, 1024, 2048, 4096, 8192]
@@ -232,13 +262,13 @@ fn measure(args: &Args) -> Result<Report> {
     };
 
     let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
-    let longest = *times.last().expect("at least one length");
+    let longest = *times.iter().max().expect("at least one length");
     let square = if args.quick { 512 } else { 1024 };
     let train = run_if(wanted(Section::Train), || {
         bench.train_steps(&args.mixer, &args.workload, args.composed, args.quick)
     })?;
     let operators = run_if(wanted(Section::Operators), || {
-        bench.operators(times, chunk, segment, args.composed)
+        bench.operators(&args.operator, times, chunk, segment, args.composed)
     })?;
     let decode = run_if(wanted(Section::Decode), || bench.decode(positions))?;
     let matmul = run_if(wanted(Section::Matmul), || {
@@ -339,6 +369,12 @@ fn in_rounds<R>(
         }
     }
     Ok(measured)
+}
+
+/// Runs the cases that follow fused (every hand-written kernel, the GPU's too, which are
+/// off by default) or composed (none); [`Kernels::default`] puts the default back.
+fn use_kernels(fused: bool) {
+    set_kernels(if fused { Kernels::All } else { Kernels::None });
 }
 
 /// Repetitions for about [`BUDGET_S`] of calls taking `warm` seconds, 3 to 15.

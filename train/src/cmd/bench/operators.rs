@@ -4,11 +4,14 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use hla_model::backend::{Kernels, set_kernels};
 use hla_model::bench::{Operator, OperatorInputs};
 use hla_model::hla::Form;
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, in_rounds, repetitions, shape};
+use super::{
+    Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, in_rounds, repetitions, shape, use_kernels,
+};
 use crate::alloc;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -38,6 +41,7 @@ impl Bench {
     /// of a ratio) instead of landing on a few.
     pub(super) fn operators(
         &self,
+        only: &[Operator],
         times: &[usize],
         chunk: usize,
         segment: usize,
@@ -53,10 +57,10 @@ impl Bench {
                 (x, OperatorInputs::random(&shape, &autodiff))
             })
             .collect();
-        let cases = self.operator_cases(times, composed);
+        let cases = self.operator_cases(only, times, composed);
         // Seconds and peak heap bytes of one call.
         let once = |&(op, i, backward, fused): &Case| {
-            hla_model::backend::set_enabled(fused);
+            use_kernels(fused);
             let (x, x_grad) = &inputs[i];
             let base = alloc::reset_peak();
             let start = Instant::now();
@@ -79,7 +83,7 @@ impl Bench {
             reps.push(repetitions(once(case)?.0));
         }
         let measured = in_rounds("operators", &reps, |c| once(&cases[c]))?;
-        hla_model::backend::set_enabled(true);
+        set_kernels(Kernels::default());
         Ok(cases
             .iter()
             .zip(measured)
@@ -107,12 +111,16 @@ impl Bench {
             .collect())
     }
 
-    /// Every operator, pass and length as (operator, index of the length, with backward,
-    /// fused); with `composed`, those with a fused kernel also without it.
-    fn operator_cases(&self, times: &[usize], composed: bool) -> Vec<Case> {
+    /// Every operator (or those in `only`), pass and length as (operator, index of the
+    /// length, with backward, fused); with `composed`, those with a fused kernel also
+    /// without it.
+    fn operator_cases(&self, only: &[Operator], times: &[usize], composed: bool) -> Vec<Case> {
         let mut cases = Vec::new();
         for (i, &time) in times.iter().enumerate() {
-            for op in Operator::ALL {
+            let wanted = Operator::ALL
+                .into_iter()
+                .filter(|op| only.is_empty() || only.contains(op));
+            for op in wanted {
                 let fused = op.has_kernels(&self.device);
                 let variants: &[bool] = if fused && composed {
                     &[true, false]

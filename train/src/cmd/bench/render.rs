@@ -147,20 +147,10 @@ fn render_operators(md: &mut String, report: &Report) {
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
+    render_fused_over_composed(md, report, &times);
     let (first, last) = (1024, *times.last().unwrap_or(&1024));
-    let _ = writeln!(
-        md,
-        "\nScaling, forward+backward time at T={last} over T={first} (linear: {}):\n",
-        last / first
-    );
-    for op in Operator::ALL {
-        let pass = "forward+backward";
-        if let (Some(a), Some(b)) = (
-            median(report, op.name(), pass, first),
-            median(report, op.name(), pass, last),
-        ) {
-            let _ = writeln!(md, "- {}: {:.2}", op.name(), b / a);
-        }
+    if times.contains(&first) && last > first {
+        render_scaling(md, report, first, last);
     }
     let _ = writeln!(
         md,
@@ -173,6 +163,60 @@ fn render_operators(md: &mut String, report: &Report) {
             median(report, Operator::Hla2Chunked.name(), pass, t),
         ) {
             let _ = writeln!(md, "- T={t}: {:.2}", s / h);
+        }
+    }
+}
+
+/// Each operator's composed form's time over its kernels' (`--composed`): the form the
+/// device should run.
+fn render_fused_over_composed(md: &mut String, report: &Report, times: &[usize]) {
+    let mut lines = Vec::new();
+    for op in Operator::ALL {
+        let composed = format!("{} composed", op.name());
+        for pass in ["forward", "forward+backward"] {
+            for &t in times {
+                if let (Some(f), Some(c)) = (
+                    median(report, op.name(), pass, t),
+                    median(report, &composed, pass, t),
+                ) {
+                    let faster = if c > f { "kernels" } else { "composed" };
+                    lines.push(format!(
+                        "| {} | {pass} | {t} | {:.2} | {faster} |",
+                        op.name(),
+                        c / f
+                    ));
+                }
+            }
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nKernels against composed forms: composed time over the kernels' (> 1: the \
+         kernels are faster)\n\n| operator | pass | T | composed / kernels | faster |\n\
+         |---|---|---:|---:|---|"
+    );
+    for line in lines {
+        let _ = writeln!(md, "{line}");
+    }
+}
+
+/// Forward+backward time at T=`last` over T=`first`, per operator.
+fn render_scaling(md: &mut String, report: &Report, first: usize, last: usize) {
+    let _ = writeln!(
+        md,
+        "\nScaling, forward+backward time at T={last} over T={first} (linear: {}):\n",
+        last / first
+    );
+    for op in Operator::ALL {
+        let pass = "forward+backward";
+        if let (Some(a), Some(b)) = (
+            median(report, op.name(), pass, first),
+            median(report, op.name(), pass, last),
+        ) {
+            let _ = writeln!(md, "- {}: {:.2}", op.name(), b / a);
         }
     }
 }

@@ -11,11 +11,12 @@ use burn::prelude::*;
 use burn::train::TrainStep;
 use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::windows::LmItem;
+use hla_model::backend::{Kernels, set_kernels};
 use hla_model::lm::{LmConfig, MixerKind, MlpKind, NormKind, Positions};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Timing, in_rounds, launches};
+use super::{Bench, Timing, in_rounds, launches, use_kernels};
 use crate::alloc;
 use crate::run::config::TrainSection;
 use crate::run::trainer::trainee::{NanGuard, Trainee};
@@ -183,7 +184,7 @@ impl Case {
     /// One optimizer step; returns the seconds of its phases (forward, backward,
     /// optimizer) and its peak heap bytes.
     fn step(&mut self, device: &Device) -> Result<([f64; 3], usize)> {
-        hla_model::backend::set_enabled(self.fused);
+        use_kernels(self.fused);
         let trainee = self
             .trainee
             .take()
@@ -259,7 +260,7 @@ impl Bench {
             reps.push(if quick { 3 } else { repetitions(warm) });
         }
         let measured = in_rounds("train steps", &reps, |c| cases[c].step(&autodiff))?;
-        hla_model::backend::set_enabled(true);
+        set_kernels(Kernels::default());
         Ok(cases
             .iter()
             .zip(measured)
