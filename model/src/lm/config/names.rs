@@ -7,8 +7,11 @@ use burn::serde::{Deserialize, Deserializer, Serializer};
 
 use super::{DecayKind, FeatureMap, MixerKind, MlpKind, NormKind, Positions};
 
-/// `name()` and `FromStr` by the lowercase names config files use.
-macro_rules! names {
+/// `NAMES`, `name()` and `FromStr` for an enum of unit variants, by the lowercase names
+/// config files use: `config_names!(Kind { A => "a", B => "b" })`. The language model's
+/// enums use it, and so do the binary's.
+#[macro_export]
+macro_rules! config_names {
     ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
         impl $ty {
             /// Every name, in declaration order.
@@ -20,16 +23,24 @@ macro_rules! names {
             }
         }
 
-        impl FromStr for $ty {
-            type Err = String;
+        impl ::std::str::FromStr for $ty {
+            type Err = ::std::string::String;
 
-            fn from_str(s: &str) -> Result<Self, String> {
+            fn from_str(s: &str) -> ::std::result::Result<Self, ::std::string::String> {
                 match s {
                     $($name => Ok(Self::$variant),)+
                     _ => Err(format!("{s:?} is not one of {}", Self::NAMES.join(", "))),
                 }
             }
         }
+    };
+}
+
+/// [`config_names!`](crate::config_names) and [`Named`], for the config-file serde helpers
+/// below.
+macro_rules! names {
+    ($ty:ty { $($names:tt)+ }) => {
+        crate::config_names!($ty { $($names)+ });
 
         impl Named for $ty {
             fn config_name(&self) -> &'static str {

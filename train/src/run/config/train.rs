@@ -1,7 +1,5 @@
 //! `[train]`: optimisation, evaluation, checkpoints and devices of a run config.
 
-use std::str::FromStr;
-
 use anyhow::{Result, bail};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -69,28 +67,10 @@ pub enum Strategy {
     Ddp,
 }
 
-/// `name()`, `FromStr` and serde by the lowercase names config files use.
+/// [`hla_model::config_names!`] and serde, by the lowercase names config files use.
 macro_rules! by_name {
-    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            pub fn name(&self) -> &'static str {
-                match self { $(Self::$variant => $name),+ }
-            }
-        }
-
-        impl FromStr for $ty {
-            type Err = String;
-
-            fn from_str(name: &str) -> Result<Self, String> {
-                match name {
-                    $($name => Ok(Self::$variant),)+
-                    other => Err(format!(
-                        "{other:?} is not one of {}",
-                        [$($name),+].join(", ")
-                    )),
-                }
-            }
-        }
+    ($ty:ty { $($names:tt)+ }) => {
+        hla_model::config_names!($ty { $($names)+ });
 
         /// By its name in config files.
         impl Serialize for $ty {
