@@ -2,12 +2,13 @@
 //! have, grids of any size, whether a call's buffers fit the device, and uninitialised
 //! contiguous buffers.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use burn::prelude::*;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
-use burn_cubecl::cubecl::prelude::CubeCount;
+use burn_cubecl::cubecl::prelude::{CubeCount, DeviceProperties};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -78,13 +79,9 @@ pub(crate) struct Limits {
 impl Limits {
     /// The limits of a CubeCL device; `None` elsewhere.
     pub(crate) fn of(device: &Device) -> Option<Self> {
-        match device.clone().inner().as_dispatch() {
-            burn::backend::DispatchDevice::Cube(cube) => Some(Self {
-                binding_bytes: cube.client().properties().memory.max_page_size,
-            }),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
+        properties(device).map(|p| Self {
+            binding_bytes: p.memory.max_page_size,
+        })
     }
 
     /// Whether a kernel can take f32 buffers of these lengths: each one bound whole and
@@ -106,13 +103,15 @@ pub(crate) fn fits(device: &Device, floats: impl IntoIterator<Item = usize>) -> 
 /// Whether `device` is a CubeCL device whose f32 matmuls Burn runs on TF32 tensor cores
 /// (see [`super::tf32_matmuls`]).
 pub(crate) fn tf32_matmuls(device: &Device) -> bool {
+    properties(device).is_some_and(|p| p.supports_type(ElemType::Float(FloatKind::TF32)))
+}
+
+/// The properties of a CubeCL device; `None` elsewhere.
+fn properties(device: &Device) -> Option<Arc<DeviceProperties>> {
     match device.clone().inner().as_dispatch() {
-        burn::backend::DispatchDevice::Cube(cube) => cube
-            .client()
-            .properties()
-            .supports_type(ElemType::Float(FloatKind::TF32)),
+        burn::backend::DispatchDevice::Cube(cube) => Some(cube.client().properties_shared()),
         #[allow(unreachable_patterns)]
-        _ => false,
+        _ => None,
     }
 }
 
