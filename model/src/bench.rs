@@ -23,6 +23,14 @@ pub enum Operator {
     Softmax,
 }
 
+crate::config_names!(Operator {
+    Hla2Chunked => "hla2-chunked",
+    Hla3Chunked => "hla3-chunked",
+    Hla2Recurrent => "hla2-recurrent",
+    LinearChunked => "linear-chunked",
+    Softmax => "softmax",
+});
+
 impl Operator {
     pub const ALL: [Self; 5] = [
         Self::Hla2Chunked,
@@ -37,16 +45,6 @@ impl Operator {
     pub fn has_kernels(self, device: &Device) -> bool {
         crate::backend::on_cpu(device)
             || (crate::backend::on_gpu(device) && self != Self::Hla2Recurrent)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Hla2Chunked => "hla2-chunked",
-            Self::Hla3Chunked => "hla3-chunked",
-            Self::Hla2Recurrent => "hla2-recurrent",
-            Self::LinearChunked => "linear-chunked",
-            Self::Softmax => "softmax",
-        }
     }
 
     /// Matmul FLOPs of one forward pass of the chunk-parallel forms, counted from the

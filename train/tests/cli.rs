@@ -352,7 +352,7 @@ fn bench_takes_the_operators_and_lengths() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("`hla4` is not an operator: hla2-chunked"),
+        stderr.contains("\"hla4\" is not one of hla2-chunked, hla3-chunked"),
         "{stderr}"
     );
 }

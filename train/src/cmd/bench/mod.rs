@@ -99,13 +99,7 @@ fn parse_mixer(name: &str) -> Result<MixerKind, String> {
 }
 
 fn parse_operator(name: &str) -> Result<Operator, String> {
-    Operator::ALL
-        .into_iter()
-        .find(|op| op.name() == name)
-        .ok_or_else(|| {
-            let names: Vec<_> = Operator::ALL.iter().map(|op| op.name()).collect();
-            format!("`{name}` is not an operator: {}", names.join(", "))
-        })
+    name.parse()
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

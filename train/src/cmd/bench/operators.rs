@@ -148,7 +148,7 @@ pub(super) fn efficiency(
     rows.iter()
         .filter(|r| r.pass == "forward")
         .filter_map(|r| {
-            let op = *Operator::ALL.iter().find(|op| op.name() == r.operator)?;
+            let op: Operator = r.operator.parse().ok()?;
             let gflop = op.chunked_flops(&shape(problem, r.time, chunk))? / 1e9;
             Some(EfficiencyRow {
                 operator: r.operator.clone(),
