@@ -47,6 +47,21 @@ impl Operator {
             || (crate::backend::on_gpu(device) && self != Self::Hla2Recurrent)
     }
 
+    /// Whether this operator's chunked form has a node ([`crate::hla::has_node`]).
+    pub fn has_node(self) -> bool {
+        self.chunked_order().is_some_and(hla::has_node)
+    }
+
+    /// The order of the chunk-parallel operators.
+    fn chunked_order(self) -> Option<Order> {
+        match self {
+            Self::Hla2Chunked => Some(Order::Second),
+            Self::Hla3Chunked => Some(Order::Third),
+            Self::LinearChunked => Some(Order::First),
+            Self::Hla2Recurrent | Self::Softmax => None,
+        }
+    }
+
     /// Matmul FLOPs of one forward pass of the chunk-parallel forms, counted from the
     /// equations in their module docs (docs/math.md §5: no C³ term); `None` for the others.
     /// Elementwise work (decay masks, scans) is not counted.
@@ -135,12 +150,10 @@ impl OperatorInputs {
     /// `op`'s output, `[batch, heads, time, dv]`; `chunked` is the form of the chunk-parallel
     /// operators ([`Form::Chunked`] or [`Form::Segmented`]).
     pub fn forward(&self, op: Operator, chunked: Form) -> Tensor<4> {
-        let (order, form) = match op {
-            Operator::Hla2Chunked => (Order::Second, chunked),
-            Operator::Hla3Chunked => (Order::Third, chunked),
-            Operator::Hla2Recurrent => (Order::Second, Form::Recurrent),
-            Operator::LinearChunked => (Order::First, chunked),
-            Operator::Softmax => return self.softmax(),
+        let (order, form) = match (op, op.chunked_order()) {
+            (Operator::Softmax, _) => return self.softmax(),
+            (_, Some(order)) => (order, chunked),
+            (_, None) => (Order::Second, Form::Recurrent),
         };
         let input = HlaInput::new(
             self.q.clone(),

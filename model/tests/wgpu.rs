@@ -1,6 +1,6 @@
 //! The GPU path: on the wgpu device the HLA forms (outputs, final states, gradients) and
 //! one training step of the language model give ndarray's numbers for the same inputs
-//! and weights, and the GPU kernels give their composed forms' numbers. Shapes stay small:
+//! and weights, and the GPU kernels and the nodes give their composed forms' numbers. Shapes stay small:
 //! a software Vulkan device (lavapipe, in CI) compiles every shader on the CPU. The tests
 //! take turns ([`SWITCH`]): they switch the process-wide kernels, which are off by default
 //! on a GPU.
@@ -12,7 +12,9 @@ use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{Case, Gates, MIXERS, Rng, input, param_grads, rel_rms, tiny};
 use hla_model::backend::{Kernels, set_kernels};
-use hla_model::hla::{Form, HlaInput, HlaState, Order, ahla, first, forward, second, third};
+use hla_model::hla::{
+    Form, HlaInput, HlaState, Order, ahla, first, forward, has_node, second, third,
+};
 use hla_model::lm::{DecayKind, LmConfig};
 
 /// A GPU sums in another order than a CPU, so f32 results differ by more than between
@@ -146,6 +148,34 @@ fn gpu_kernels_match_their_composed_forms() {
     eprintln!("GPU kernels vs composed forms: largest relative RMS error {worst:.2e}");
 }
 
+/// The nodes (the chunked form as one autodiff node of Burn's ops, for the orders that
+/// have one) against their composed forms on the GPU device, through Burn's fusion: as
+/// [`gpu_kernels_match_their_composed_forms`], with data-dependent gates and their
+/// gradient too.
+#[test]
+fn nodes_match_their_composed_forms() {
+    let _switch = kernels(Kernels::Nodes);
+    let mut worst: f64 = 0.0;
+    let orders = [Order::First, Order::Second, Order::Third, Order::Asymmetric];
+    let with_node: Vec<Order> = orders.into_iter().filter(|&o| has_node(o)).collect();
+    assert!(!with_node.is_empty());
+    for order in with_node {
+        for gates in [Gates::None, Gates::Fixed, Gates::Data { lo: 0.85 }] {
+            for (time, chunk, dv) in [(1, 8, 4), (17, 8, 4), (40, 16, 6)] {
+                let case = Case {
+                    gates,
+                    time,
+                    dv,
+                    init_state: true,
+                    ..Case::new(order)
+                };
+                worst = worst.max(kernel_vs_composed(&case, chunk));
+            }
+        }
+    }
+    eprintln!("Nodes vs composed forms: largest relative RMS error {worst:.2e}");
+}
+
 /// More sequences × heads than one axis of the grid holds (65,535 cubes on wgpu, capped
 /// at 4 here): the kernels' grid spreads over three axes, with idle cubes past the last
 /// sequence, and every sequence still gets its cube.
@@ -182,9 +212,10 @@ impl Drop for GridCap {
     }
 }
 
-/// The largest relative RMS error of `case`'s GPU kernels (chunks of `chunk`) against its
-/// composed form on the wgpu device, over the output, the final state and the gradients of
-/// q, k, v and the initial state; fails past 1e-4.
+/// The largest relative RMS error of `case`'s routed chunked form (chunks of `chunk`:
+/// the kernels or the node the test turned on) against its composed form on the wgpu
+/// device, over the output, the final state and the gradients of q, k, v, the initial
+/// state and data-dependent gates; fails past 1e-4.
 fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
     let (ad, order) = (gpu().autodiff(), case.order);
     let mut runs = Vec::new();
@@ -196,6 +227,10 @@ fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
             .into_iter()
             .map(Tensor::require_grad)
             .collect();
+        let log_g = match case.gates {
+            Gates::Data { .. } => log_g.map(Tensor::require_grad),
+            _ => log_g,
+        };
         let x = input(&qkv, &log_g);
         let state = HlaState::from_tensors(order, init.clone());
         let (o, state) = if kernel {
@@ -213,6 +248,9 @@ fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
         let grads = loss.backward();
         for x in qkv.iter().chain(&init) {
             out.push(x.grad(&grads).expect("gradient"));
+        }
+        if let Some(g) = log_g.filter(Tensor::is_require_grad) {
+            out.push(g.grad(&grads).expect("gradient").unsqueeze());
         }
         runs.push(
             out.into_iter()

@@ -304,8 +304,9 @@ fn bench_takes_the_operator_shape_and_composed_operators() {
 }
 
 /// `hla bench --operator A,B --time T,…` times only those operators at those lengths (in
-/// increasing order), with the kernels-against-composed table; an unknown operator gets
-/// one message listing the operators.
+/// increasing order), with `--composed` each also composed and hla2 also as its node, and
+/// the table of the kernels against both; an unknown operator gets one message listing
+/// the operators.
 #[test]
 fn bench_takes_the_operators_and_lengths() {
     let args = [
@@ -334,6 +335,7 @@ fn bench_takes_the_operators_and_lengths() {
         .flat_map(|t| {
             [
                 "hla2-chunked",
+                "hla2-chunked node",
                 "hla2-chunked composed",
                 "softmax",
                 "softmax composed",
@@ -342,9 +344,22 @@ fn bench_takes_the_operators_and_lengths() {
         })
         .collect();
     assert_eq!(seen, want, "{report}");
+    let (_, against) = tables
+        .split_once("Kernels against the composed forms and the nodes")
+        .unwrap_or_else(|| panic!("{tables}"));
+    let line = against
+        .lines()
+        .find(|l| l.starts_with("| hla2-chunked | forward+backward | 96 | "))
+        .unwrap_or_else(|| panic!("{tables}"));
+    let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+    // composed / kernels and node / kernels are ratios; the fastest form is one of three.
     assert!(
-        tables.contains("| hla2-chunked | forward+backward | 96 | "),
-        "{tables}"
+        cells[4].parse::<f64>().is_ok() && cells[5].parse::<f64>().is_ok(),
+        "{line}"
+    );
+    assert!(
+        ["kernels", "node", "composed"].contains(&cells[6]),
+        "{line}"
     );
 
     let dir = tempfile::tempdir().unwrap();

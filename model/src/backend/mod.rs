@@ -19,6 +19,8 @@
 
 #[cfg(any(cpu_kernels, gpu_kernels))]
 pub(crate) mod autodiff;
+#[cfg(any(cpu_kernels, gpu_kernels))]
+pub(crate) mod bridge;
 #[cfg(cpu_kernels)]
 pub(crate) mod gemm;
 #[cfg(gpu_kernels)]
@@ -54,6 +56,10 @@ pub enum Kernels {
     Cpu,
     /// The CPU kernels on CPU devices, the GPU kernels on GPU devices.
     All,
+    /// Every op with a node (the chunked HLA of the orders that have one,
+    /// `crate::hla::node`) runs it, on every device: to measure the nodes against the
+    /// composed forms and the kernels. Other ops as with [`Kernels::Cpu`].
+    Nodes,
 }
 
 static KERNELS: AtomicU8 = AtomicU8::new(Kernels::Cpu as u8);
@@ -69,13 +75,19 @@ pub fn kernels() -> Kernels {
     match KERNELS.load(Ordering::Relaxed) {
         0 => Kernels::None,
         1 => Kernels::Cpu,
-        _ => Kernels::All,
+        2 => Kernels::All,
+        _ => Kernels::Nodes,
     }
 }
 
 /// Whether an op on `x` takes its CPU kernel: f32 on a CPU device, CPU kernels on.
 pub(crate) fn takes_cpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
     kernels() != Kernels::None && x.dtype() == DType::F32 && on_cpu(&x.device())
+}
+
+/// Whether an op on `x` with a node takes it: f32, [`Kernels::Nodes`].
+pub(crate) fn takes_node<const D: usize>(x: &Tensor<D>) -> bool {
+    kernels() == Kernels::Nodes && x.dtype() == DType::F32
 }
 
 /// Whether an op on `x` takes its GPU kernel: f32 on a CubeCL device, GPU kernels on.

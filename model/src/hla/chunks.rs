@@ -89,26 +89,22 @@ impl Chunks {
         decay: &Decay<5>,
         p: f64,
     ) -> (Tensor<5>, Tensor<4>) {
-        let [b, h, n, rows, cols] = deltas.dims();
-        let initial = initial.reshape([b, h, rows * cols]);
-        let deltas = deltas.reshape([b, h, n, rows * cols]);
-        let (starts, last) = match decay.log_rho(p) {
-            None => {
-                // X_n = X_0 + Σ_{m<n} Δ_m; slicing a shifted cumsum would cost a full-size
-                // gradient buffer per slice.
-                let last = initial.clone() + deltas.clone().sum_dim(2).squeeze_dim(2);
-                let starts = deltas.clone().cumsum(2) - deltas + initial.unsqueeze_dim(2);
-                (starts, last)
-            }
-            Some(log_rho) => {
-                let [gb, gh, ..] = log_rho.dims();
-                decayed_scan(initial, deltas, log_rho.reshape([gb, gh, n, 1]))
-            }
-        };
-        (
-            starts.reshape([b, h, n, rows, cols]),
-            last.reshape([b, h, rows, cols]),
-        )
+        scan(initial, deltas, decay.log_rho(p))
+    }
+
+    /// The same scan run from the last chunk back, as a backward pass carries a state's
+    /// gradient: with `∂X_N = last` and every chunk's direct contribution `deltas` to the
+    /// gradient of its start state, `∂X_n = ρ_n^p ∂X_{n+1} + δ_n`. Returns the gradient of
+    /// the state after every chunk, `∂X_{n+1}` `[b, h, chunks, rows, cols]`, and of the
+    /// initial state, `∂X_0` `[b, h, rows, cols]`.
+    pub(crate) fn scan_back(
+        &self,
+        last: Tensor<4>,
+        deltas: Tensor<5>,
+        decay: &Decay<5>,
+        p: f64,
+    ) -> (Tensor<5>, Tensor<4>) {
+        scan_back(last, deltas, decay.log_rho(p))
     }
 
     /// Tokens of padding after the last real one.
@@ -120,6 +116,76 @@ impl Chunks {
     fn pad<const D: usize>(&self, x: Tensor<D>, dim: usize) -> Tensor<D> {
         pad_end(x, dim, self.count * self.size)
     }
+}
+
+/// [`Chunks::scan`] with the chunks' log decay `log ρ^p [b or 1, h or 1, chunks, 1, 1]`
+/// (`None`: no decay).
+fn scan(
+    initial: Tensor<4>,
+    deltas: Tensor<5>,
+    log_rho: Option<Tensor<5>>,
+) -> (Tensor<5>, Tensor<4>) {
+    let [b, h, n, rows, cols] = deltas.dims();
+    let initial = initial.reshape([b, h, rows * cols]);
+    let deltas = deltas.reshape([b, h, n, rows * cols]);
+    let (starts, last) = match log_rho {
+        None => {
+            // X_n = X_0 + Σ_{m<n} Δ_m; slicing a shifted cumsum would cost a full-size
+            // gradient buffer per slice.
+            let last = initial.clone() + deltas.clone().sum_dim(2).squeeze_dim(2);
+            let starts = deltas.clone().cumsum(2) - deltas + initial.unsqueeze_dim(2);
+            (starts, last)
+        }
+        Some(log_rho) => {
+            let [gb, gh, ..] = log_rho.dims();
+            decayed_scan(initial, deltas, log_rho.reshape([gb, gh, n, 1]))
+        }
+    };
+    (
+        starts.reshape([b, h, n, rows, cols]),
+        last.reshape([b, h, rows, cols]),
+    )
+}
+
+/// [`Chunks::scan_back`] with the chunks' log decay (as [`scan`]). `∂X_n = Σ_{m≥n}
+/// (Π_{n≤l<m} ρ_l) y_m` over `y = [δ_0, …, δ_{N−1}, ∂X_N]`: the transpose of the forward
+/// scan's mask. Past two blocks' worth of chunks, the forward scan runs on the chunks in
+/// reverse (a flip costs a copy, which the shorter paths avoid).
+fn scan_back(
+    last: Tensor<4>,
+    deltas: Tensor<5>,
+    log_rho: Option<Tensor<5>>,
+) -> (Tensor<5>, Tensor<4>) {
+    let [b, h, n, rows, cols] = deltas.dims();
+    let last = last.reshape([b, h, rows * cols]);
+    let deltas = deltas.reshape([b, h, n, rows * cols]);
+    let (after, first) = match log_rho {
+        None => {
+            // ∂X_{n+1} = ∂X_N + Σ_{m>n} δ_m.
+            let total = deltas.clone().sum_dim(2);
+            let first = last.clone() + total.clone().squeeze_dim(2);
+            (total - deltas.cumsum(2) + last.unsqueeze_dim(2), first)
+        }
+        Some(log_rho) if n <= 2 * SCAN_BLOCK => {
+            let [gb, gh, ..] = log_rho.dims();
+            let none = Tensor::zeros([gb, gh, 1, 1], &log_rho.device());
+            let log_rho = log_rho.reshape([gb, gh, n, 1]);
+            let mask = mask_from(Tensor::cat(vec![none, log_rho], 2).cumsum(2)).transpose();
+            let y = Tensor::cat(vec![deltas, last.unsqueeze_dim(2)], 2);
+            let after = mask.clone().narrow(2, 1, n).matmul(y.clone());
+            (after, mask.narrow(2, 0, 1).matmul(y).squeeze_dim(2))
+        }
+        Some(log_rho) => {
+            let [gb, gh, ..] = log_rho.dims();
+            let log_rho = log_rho.reshape([gb, gh, n, 1]).flip([2]);
+            let (after, first) = decayed_scan(last, deltas.flip([2]), log_rho);
+            (after.flip([2]), first)
+        }
+    };
+    (
+        after.reshape([b, h, n, rows, cols]),
+        first.reshape([b, h, rows, cols]),
+    )
 }
 
 /// Chunks per block of [`decayed_scan`]: its matmuls cost `SCAN_BLOCK` per chunk, column

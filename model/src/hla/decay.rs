@@ -112,3 +112,71 @@ pub(crate) fn decay_between<const D: usize>(
     // Zero the upper triangle before exp so its positive exponents never overflow.
     diff.tril(diagonal).exp().tril(diagonal)
 }
+
+/// The gradient of the cumulative log gates `b [.., span, 1]`, gathered factor by factor
+/// from `w = f ⊙ ∂f` (a factor times its gradient; every factor is `exp(p · (linear in
+/// b))`, so `w` times that linear form's coefficients), and turned into the gradient of
+/// the log gates, `∂ log g_s = Σ_{τ≥s} ∂b_τ`.
+pub(crate) struct DecayGrad<const D: usize> {
+    /// `∂b`, `[.., span, 1]`.
+    db: Option<Tensor<D>>,
+    /// The part of `∂b` at the span's last token, `[.., 1, 1]`.
+    last: Option<Tensor<D>>,
+}
+
+impl<const D: usize> DecayGrad<D> {
+    pub(crate) fn new() -> Self {
+        Self {
+            db: None,
+            last: None,
+        }
+    }
+
+    /// From `a^p_τ = exp(p b_τ)`, `w [.., span, 1]`.
+    pub(crate) fn since_start(&mut self, p: f64, w: Tensor<D>) {
+        add(&mut self.db, w * p);
+    }
+
+    /// From `e^p_τ = exp(p (b_last − b_τ))`, `w [.., span, 1]`.
+    pub(crate) fn until_end(&mut self, p: f64, w: Tensor<D>) {
+        add(&mut self.last, w.clone().sum_dim(D - 2) * p);
+        add(&mut self.db, w * -p);
+    }
+
+    /// From `ρ^p = exp(p b_last)`, `w [.., 1, 1]`.
+    pub(crate) fn whole(&mut self, p: f64, w: Tensor<D>) {
+        add(&mut self.last, w * p);
+    }
+
+    /// From the mask `D^p_{τσ} = exp(p (b_τ − b_σ))`, `w = D^p ⊙ ∂D^p` `[.., span, span]`
+    /// (zero above the diagonal).
+    pub(crate) fn mask(&mut self, p: f64, w: Tensor<D>) {
+        let rows = w.clone().sum_dim(D - 1);
+        let cols = w.sum_dim(D - 2).transpose();
+        add(&mut self.db, (rows - cols) * p);
+    }
+
+    /// The gradient of the log gates, `[.., span, 1]`.
+    ///
+    /// # Panics
+    ///
+    /// If no per-token factor (`a`, `e` or `D`) was gathered: every chunked form has one.
+    pub(crate) fn into_log_gates(self) -> Tensor<D> {
+        let db = self.db.expect("a per-token decay factor's gradient");
+        // Σ_{τ≥s} ∂b_τ, as the total less the sum before s; the last token's part reaches
+        // every token.
+        let total = db.clone().sum_dim(D - 2);
+        let from_end = total - db.clone().cumsum(D - 2) + db;
+        match self.last {
+            Some(last) => from_end + last,
+            None => from_end,
+        }
+    }
+}
+
+fn add<const D: usize>(sum: &mut Option<Tensor<D>>, x: Tensor<D>) {
+    *sum = Some(match sum.take() {
+        Some(s) => s + x,
+        None => x,
+    });
+}

@@ -1,5 +1,6 @@
-//! Every order's CPU chunk-parallel kernels against its composed form: outputs, final
-//! states, and the gradients of q, k, v, the initial state and the log gates.
+//! Every order's CPU chunk-parallel kernels, and every order's node, against its composed
+//! form: outputs, final states, and the gradients of q, k, v, the initial state and the
+//! log gates.
 
 use burn::tensor::{Distribution, TensorData};
 
@@ -12,20 +13,29 @@ use crate::hla::{DEFAULT_DECAY_BASE, fixed_log_gates, multi_scale_decay};
 
 const ORDERS: [Order; 4] = [Order::First, Order::Second, Order::Third, Order::Asymmetric];
 
-/// The chunked form of `order` from the state's tensors, by the CPU kernels or composed:
-/// `(o, final state's tensors)`.
+/// A chunked form under test.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Cpu,
+    Node,
+    Composed,
+}
+
+/// The chunked form `kind` of `order` from the state's tensors: `(o, final state's
+/// tensors)`.
 fn chunked(
     order: Order,
-    cpu: bool,
+    kind: Kind,
     x: &HlaInput,
     init: Vec<Tensor<4>>,
     c: usize,
 ) -> (Tensor<4>, Vec<Tensor<4>>) {
     with_operator!(order, O => {
         let state = O::from_tensors(init);
-        let (o, state) = match cpu {
-            true => route::on_cpu::<O>(x, state, c),
-            false => O::chunked(x, state, c),
+        let (o, state) = match kind {
+            Kind::Cpu => route::on_cpu::<O>(x, state, c),
+            Kind::Node => route::on_node::<O>(x, state, c),
+            Kind::Composed => O::chunked(x, state, c),
         };
         (o, O::tensors(&state))
     })
@@ -66,9 +76,24 @@ fn gates(b: usize, h: usize, time: usize, device: &Device) -> Vec<Option<Tensor<
 /// 1, 16 and 64; d ≠ dv.
 #[test]
 fn cpu_chunked_forms_equal_the_composed_ones() {
+    agrees_with_composed(Kind::Cpu, &ORDERS);
+}
+
+/// The same for the node of every order that has one.
+#[test]
+fn nodes_equal_the_composed_forms() {
+    let orders: Vec<Order> = ORDERS
+        .into_iter()
+        .filter(|&order| with_operator!(order, O => O::NODE.is_some()))
+        .collect();
+    assert!(!orders.is_empty());
+    agrees_with_composed(Kind::Node, &orders);
+}
+
+fn agrees_with_composed(kind: Kind, orders: &[Order]) {
     let (b, h, d, dv) = (2, 3, 5, 4);
     for device in crate::testing::cpu_devices() {
-        for order in ORDERS {
+        for &order in orders {
             for time in [1, 17, 64, 130] {
                 for (g, log_g) in gates(b, h, time, &device).into_iter().enumerate() {
                     for chunk in [1, 16, 64] {
@@ -85,10 +110,10 @@ fn cpu_chunked_forms_equal_the_composed_ones() {
                         let input =
                             HlaInput::new(q.clone(), k.clone(), v.clone(), log_g.clone()).unwrap();
                         assert!(crate::backend::takes_cpu_kernel(&input.q));
-                        let case = format!("{order:?} T={time} gates {g} chunk {chunk}");
+                        let case = format!("{kind:?} {order:?} T={time} gates {g} chunk {chunk}");
                         let mut results = Vec::new();
-                        for kernel in [true, false] {
-                            let (o, states) = chunked(order, kernel, &input, init.clone(), chunk);
+                        for kind in [kind, Kind::Composed] {
+                            let (o, states) = chunked(order, kind, &input, init.clone(), chunk);
                             let mut loss = (o.clone() * weight(&o, &device)).sum();
                             for s in &states {
                                 loss = loss + (s.clone() * weight(s, &device)).sum();
@@ -104,10 +129,10 @@ fn cpu_chunked_forms_equal_the_composed_ones() {
                             }
                             results.push(out);
                         }
-                        for (i, (kernel, composed)) in
+                        for (i, (tested, composed)) in
                             results[0].iter().zip(&results[1]).enumerate()
                         {
-                            let error = relative_rms_error(kernel.clone(), composed.clone());
+                            let error = relative_rms_error(tested.clone(), composed.clone());
                             assert!(
                                 error < 1e-4,
                                 "{case}, result {i}: relative RMS error {error:e}"

@@ -18,9 +18,10 @@
 //!   tensor ops), the one place its chunk equations are written; each order also has a
 //!   CPU kernel (`cpu`, every order) and a GPU kernel (`gpu`, every order, gates without a
 //!   gradient), which [`forward`] runs instead where they apply (`route`), with the
-//!   composed form as their test oracle.
+//!   composed form as their test oracle; second order also has a node (`node`: one
+//!   autodiff node of Burn's ops with a hand-written backward pass, on every device).
 //!
-//! The order-independent parts of the kernels are leaves here (`cpu`, `gpu`); the order
+//! The order-independent parts of the kernels are leaves here (`cpu`, `gpu`, `node`); the order
 //! folders build on them and do not route; `state` holds the one table that maps an
 //! [`Order`] to its forms, kernels and state layout.
 //!
@@ -47,6 +48,8 @@ pub(crate) mod gpu;
 mod input;
 #[cfg(all(test, cpu_kernels))]
 mod kernel_tests;
+#[cfg(any(cpu_kernels, gpu_kernels))]
+pub(crate) mod node;
 mod normalize;
 mod packing;
 mod route;
@@ -118,6 +121,18 @@ impl Form {
                 spans::scan(input, state, pass, |x, s| route::chunked::<O>(x, s, chunk))
             }
         }
+    }
+}
+
+/// Whether `order`'s chunked form has a node: one autodiff node made of Burn's tensor ops
+/// with a hand-written backward pass, which [`crate::backend::Kernels::Nodes`] runs.
+pub fn has_node(order: Order) -> bool {
+    #[cfg(any(cpu_kernels, gpu_kernels))]
+    return with_operator!(order, O => O::NODE.is_some());
+    #[cfg(not(any(cpu_kernels, gpu_kernels)))]
+    {
+        let _ = order;
+        false
     }
 }
 

@@ -18,6 +18,10 @@ pub(crate) fn chunked<O: Operator>(
     state: O::State,
     chunk: usize,
 ) -> (Tensor<4>, O::State) {
+    #[cfg(any(cpu_kernels, gpu_kernels))]
+    if O::NODE.is_some() && keys_per_head(input) && crate::backend::takes_node(&input.q) {
+        return on_node::<O>(input, state, chunk);
+    }
     #[cfg(cpu_kernels)]
     if keys_per_head(input) && crate::backend::takes_cpu_kernel(&input.q) {
         return on_cpu::<O>(input, state, chunk);
@@ -86,6 +90,37 @@ fn on_gpu<O: Operator>(
         input.gates_or_zeros().into_dispatch(),
         pack_state(O::tensors(&state)).into_dispatch(),
         kernel,
+    );
+    finish::<O>(Tensor::from_dispatch(packed), input)
+}
+
+/// The chunked form of `O` as one autodiff node ([`super::node`]; the same arguments and
+/// results as [`chunked`]).
+///
+/// # Panics
+///
+/// If `O` has no node.
+#[cfg(any(cpu_kernels, gpu_kernels))]
+pub(crate) fn on_node<O: Operator>(
+    input: &HlaInput,
+    state: O::State,
+    chunk: usize,
+) -> (Tensor<4>, O::State) {
+    use super::node::{HlaNodeOps, NodeChunked};
+    let log_g = input.gates_or_zeros();
+    let node = NodeChunked {
+        kernels: O::NODE.expect("an order with a node"),
+        chunk,
+        decay: input.log_g.is_some(),
+        gates: log_g.is_tracked(),
+    };
+    let packed = <burn::backend::Dispatch as HlaNodeOps>::hla_node(
+        input.q.clone().into_dispatch(),
+        input.k.clone().into_dispatch(),
+        input.v.clone().into_dispatch(),
+        log_g.into_dispatch(),
+        pack_state(O::tensors(&state)).into_dispatch(),
+        node,
     );
     finish::<O>(Tensor::from_dispatch(packed), input)
 }

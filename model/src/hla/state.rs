@@ -42,10 +42,14 @@ pub(crate) trait Operator {
     /// The GPU kernels of its chunked form.
     #[cfg(gpu_kernels)]
     const GPU: crate::hla::gpu::GpuKernels;
+
+    /// Its chunked form as one autodiff node, if it has one.
+    #[cfg(any(cpu_kernels, gpu_kernels))]
+    const NODE: Option<crate::hla::node::NodeKernels> = None;
 }
 
 macro_rules! operators {
-    ($($order:ident => $variant:ident),+ $(,)?) => {$(
+    ($($order:ident => $variant:ident $(+ $node:ident)?),+ $(,)?) => {$(
         impl Operator for $order::State {
             type State = Self;
 
@@ -93,13 +97,18 @@ macro_rules! operators {
 
             #[cfg(gpu_kernels)]
             const GPU: crate::hla::gpu::GpuKernels = $order::gpu::KERNELS;
+
+            $(
+                #[cfg(any(cpu_kernels, gpu_kernels))]
+                const NODE: Option<crate::hla::node::NodeKernels> = Some($order::$node::NODE);
+            )?
         }
     )+};
 }
 
 operators!(
     first => First,
-    second => Second,
+    second => Second + node,
     third => Third,
     ahla => Asymmetric,
 );

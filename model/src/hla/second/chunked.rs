@@ -21,14 +21,36 @@
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, chunks::Chunked};
+use crate::hla::HlaInput;
+use crate::hla::chunks::Chunked;
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
-/// place this order's chunk equations are written, the test oracle of the CPU and GPU
-/// kernels ([`super::cpu`], [`super::gpu`]), which [`crate::hla::forward`] runs instead
-/// where they apply.
+/// place this order's chunk equations are written ([`products`]), the test oracle of the
+/// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
+/// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
+    let products = products(input, state, chunk);
+    (products.o, products.state)
+}
+
+/// The forward pass, with the products in chunks (`[b, h, chunks, chunk, n]`) that the
+/// node's backward pass reuses.
+pub(crate) struct Products {
+    /// `S` and `Z` at the start of every chunk.
+    pub(crate) s_start: Tensor<5>,
+    pub(crate) z_start: Tensor<5>,
+    /// `W^γ = D ⊙ (Q Kᵀ)`, `A` and `P = (Q Aᵀ) ⊙ D²`.
+    pub(crate) w: Tensor<5>,
+    pub(crate) a: Tensor<5>,
+    pub(crate) p: Tensor<5>,
+    /// `o [b, h, time, dv]` and the final state.
+    pub(crate) o: Tensor<4>,
+    pub(crate) state: State,
+}
+
+/// The chunk equations of the module's header, from `state`.
+pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
     let Chunked {
         chunks,
         decay,
@@ -40,15 +62,24 @@ pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, Stat
 
     let ds = kt.clone().matmul(decay.until_end(k.clone(), 1.0));
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
-    let w_gamma = decay.mask(q.clone().matmul(kt), 1);
-    let a = decay.since_start(q.clone().matmul(s_start.transpose()), 1.0) + w_gamma.matmul(k);
+    let w = decay.mask(q.clone().matmul(kt), 1);
+    let a = decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0)
+        + w.clone().matmul(k.clone());
 
     let dz = a
         .clone()
         .transpose()
         .matmul(decay.until_end(v.clone(), 2.0));
     let (z_start, z) = chunks.scan(state.z, dz, &decay, 2.0);
-    let qa = decay.mask(q.clone().matmul(a.transpose()), 2);
-    let o = decay.since_start(q.matmul(z_start), 2.0) + qa.matmul(v);
-    (chunks.merge(o), State { s, z })
+    let p = decay.mask(q.clone().matmul(a.clone().transpose()), 2);
+    let o = decay.since_start(q.matmul(z_start.clone()), 2.0) + p.clone().matmul(v);
+    Products {
+        o: chunks.merge(o),
+        state: State { s, z },
+        s_start,
+        z_start,
+        w,
+        a,
+        p,
+    }
 }

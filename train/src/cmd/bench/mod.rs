@@ -64,9 +64,11 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Also measure every training step and operator with the fused kernels off (their
-    /// composed forms), in the same rounds: the CPU kernels, or on a GPU the chunked HLA's
-    /// and the attention's. The fused rows run every kernel, the GPU kernels too, which
-    /// training leaves off (measured slower than the composed forms on an H200).
+    /// composed forms), and every operator with a node as its node (one autodiff node of
+    /// Burn's ops with a hand-written backward pass), in the same rounds: the CPU kernels,
+    /// or on a GPU the chunked HLA's and the attention's. The fused rows run every kernel,
+    /// the GPU kernels too, which training leaves off (measured slower than the composed
+    /// forms on an H200).
     #[arg(long)]
     composed: bool,
     /// Operators, matmul and sweep sections: batch, heads and head width of the operator

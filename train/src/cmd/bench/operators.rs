@@ -9,9 +9,7 @@ use hla_model::bench::{Operator, OperatorInputs};
 use hla_model::hla::Form;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, in_rounds, repetitions, shape, use_kernels,
-};
+use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, in_rounds, repetitions, shape};
 use crate::alloc;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -31,12 +29,42 @@ pub(super) struct EfficiencyRow {
     pub(super) gflops: f64,
 }
 
-/// An operator, the index of its length, with backward, fused.
-type Case = (Operator, usize, bool, bool);
+/// An operator, the index of its length, with backward, and the form that runs it.
+type Case = (Operator, usize, bool, Route);
+
+/// Which form of an operator a case runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// Its hand-written kernels (the CPU's, or the GPU's, which training leaves off).
+    Kernels,
+    /// Its node (`hla_model::hla::has_node`).
+    Node,
+    /// Its composed form.
+    Composed,
+}
+
+impl Route {
+    fn kernels(self) -> Kernels {
+        match self {
+            Self::Kernels => Kernels::All,
+            Self::Node => Kernels::Nodes,
+            Self::Composed => Kernels::None,
+        }
+    }
+
+    /// The suffix of the operator's name in a row (none for an operator's one form).
+    pub(super) fn suffix(self) -> &'static str {
+        match self {
+            Self::Kernels => "",
+            Self::Node => " node",
+            Self::Composed => " composed",
+        }
+    }
+}
 
 impl Bench {
     /// Every operator, pass and length (with `composed`, those with a fused kernel also
-    /// without it): one warm-up each, then rounds that run every case still short of its
+    /// composed, and those with a node also as their node): one warm-up each, then rounds that run every case still short of its
     /// repetitions, so that the machine's slow spells spread over all cases (and both ends
     /// of a ratio) instead of landing on a few.
     pub(super) fn operators(
@@ -59,8 +87,8 @@ impl Bench {
             .collect();
         let cases = self.operator_cases(only, times, composed);
         // Seconds and peak heap bytes of one call.
-        let once = |&(op, i, backward, fused): &Case| {
-            use_kernels(fused);
+        let once = |&(op, i, backward, route): &Case| {
+            set_kernels(route.kernels());
             let (x, x_grad) = &inputs[i];
             let base = alloc::reset_peak();
             let start = Instant::now();
@@ -74,12 +102,8 @@ impl Bench {
         };
         let mut reps = Vec::with_capacity(cases.len());
         for case in &cases {
-            let kind = if case.3 { "" } else { " composed" };
-            eprintln!(
-                "operator {}{kind} T={} warm-up",
-                case.0.name(),
-                times[case.1]
-            );
+            let name = self.row_name(case.0, case.3);
+            eprintln!("operator {name} T={} warm-up", times[case.1]);
             reps.push(repetitions(once(case)?.0));
         }
         let measured = in_rounds("operators", &reps, |c| once(&cases[c]))?;
@@ -87,18 +111,14 @@ impl Bench {
         Ok(cases
             .iter()
             .zip(measured)
-            .map(|(&(op, i, backward, fused), (runs, peak))| {
+            .map(|(&(op, i, backward, route), (runs, peak))| {
                 let pass = if backward {
                     "forward+backward"
                 } else {
                     "forward"
                 };
                 let timing = Timing::of(runs, self.host_memory.then_some(peak));
-                let name = if fused || !op.has_kernels(&self.device) {
-                    op.name().to_string()
-                } else {
-                    format!("{} composed", op.name())
-                };
+                let name = self.row_name(op, route);
                 let tokens_per_s = (self.problem.batch * times[i]) as f64 / timing.median_s;
                 OperatorRow {
                     operator: name,
@@ -111,9 +131,17 @@ impl Bench {
             .collect())
     }
 
+    /// An operator's row name: its name, with the form's suffix where it has several.
+    fn row_name(&self, op: Operator, route: Route) -> String {
+        match route == Route::Composed && !op.has_kernels(&self.device) {
+            true => op.name().to_string(),
+            false => format!("{}{}", op.name(), route.suffix()),
+        }
+    }
+
     /// Every operator (or those in `only`), pass and length as (operator, index of the
-    /// length, with backward, fused); with `composed`, those with a fused kernel also
-    /// without it.
+    /// length, with backward, form); with `composed`, those with a fused kernel also
+    /// composed, and those with a node also as their node.
     fn operator_cases(&self, only: &[Operator], times: &[usize], composed: bool) -> Vec<Case> {
         let mut cases = Vec::new();
         for (i, &time) in times.iter().enumerate() {
@@ -122,15 +150,21 @@ impl Bench {
                 .filter(|op| only.is_empty() || only.contains(op));
             for op in wanted {
                 let fused = op.has_kernels(&self.device);
-                let variants: &[bool] = if fused && composed {
-                    &[true, false]
+                let mut routes = vec![if fused {
+                    Route::Kernels
                 } else {
-                    &[fused]
-                };
-                for &fused in variants {
-                    cases.push((op, i, false, fused));
+                    Route::Composed
+                }];
+                if composed && op.has_node() {
+                    routes.push(Route::Node);
+                }
+                if composed && fused {
+                    routes.push(Route::Composed);
+                }
+                for route in routes {
+                    cases.push((op, i, false, route));
                     if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {
-                        cases.push((op, i, true, fused));
+                        cases.push((op, i, true, route));
                     }
                 }
             }

@@ -167,25 +167,37 @@ fn render_operators(md: &mut String, report: &Report) {
     }
 }
 
-/// Each operator's composed form's time over its kernels' (`--composed`): the form the
-/// device should run.
+/// Each operator's composed form's and node's time over its kernels' (`--composed`): the
+/// form the device should run.
 fn render_fused_over_composed(md: &mut String, report: &Report, times: &[usize]) {
     let mut lines = Vec::new();
     for op in Operator::ALL {
-        let composed = format!("{} composed", op.name());
+        let of = |suffix: &str, pass, t| median(report, &format!("{}{suffix}", op.name()), pass, t);
         for pass in ["forward", "forward+backward"] {
             for &t in times {
-                if let (Some(f), Some(c)) = (
-                    median(report, op.name(), pass, t),
-                    median(report, &composed, pass, t),
-                ) {
-                    let faster = if c > f { "kernels" } else { "composed" };
-                    lines.push(format!(
-                        "| {} | {pass} | {t} | {:.2} | {faster} |",
-                        op.name(),
-                        c / f
-                    ));
+                let Some(kernels) = of("", pass, t) else {
+                    continue;
+                };
+                let (node, composed) = (of(" node", pass, t), of(" composed", pass, t));
+                if node.is_none() && composed.is_none() {
+                    continue;
                 }
+                let ratio = |x: Option<f64>| x.map_or("".into(), |x| format!("{:.2}", x / kernels));
+                let fastest = [
+                    ("kernels", Some(kernels)),
+                    ("node", node),
+                    ("composed", composed),
+                ]
+                .into_iter()
+                .filter_map(|(name, s)| Some((name, s?)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map_or("", |(name, _)| name);
+                lines.push(format!(
+                    "| {} | {pass} | {t} | {} | {} | {fastest} |",
+                    op.name(),
+                    ratio(composed),
+                    ratio(node),
+                ));
             }
         }
     }
@@ -194,9 +206,9 @@ fn render_fused_over_composed(md: &mut String, report: &Report, times: &[usize])
     }
     let _ = writeln!(
         md,
-        "\nKernels against composed forms: composed time over the kernels' (> 1: the \
-         kernels are faster)\n\n| operator | pass | T | composed / kernels | faster |\n\
-         |---|---|---:|---:|---|"
+        "\nKernels against the composed forms and the nodes: their time over the kernels' \
+         (> 1: the kernels are faster)\n\n| operator | pass | T | composed / kernels | \
+         node / kernels | fastest |\n|---|---|---:|---:|---:|---|"
     );
     for line in lines {
         let _ = writeln!(md, "{line}");
