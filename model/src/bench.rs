@@ -47,9 +47,10 @@ impl Operator {
             || (crate::backend::on_gpu(device) && self != Self::Hla2Recurrent)
     }
 
-    /// Whether this operator's chunked form has a node ([`crate::hla::has_node`]).
+    /// Whether this operator is a chunked form, which has a node (one autodiff node of
+    /// Burn's ops, [`crate::backend::Kernels::Nodes`]).
     pub fn has_node(self) -> bool {
-        self.chunked_order().is_some_and(hla::has_node)
+        self.chunked_order().is_some()
     }
 
     /// The order of the chunk-parallel operators.

@@ -56,9 +56,9 @@ pub enum Kernels {
     Cpu,
     /// The CPU kernels on CPU devices, the GPU kernels on GPU devices.
     All,
-    /// Every op with a node (the chunked HLA of the orders that have one,
-    /// `crate::hla::node`) runs it, on every device: to measure the nodes against the
-    /// composed forms and the kernels. Other ops as with [`Kernels::Cpu`].
+    /// Every op with a node (the chunked HLA of every order, `crate::hla::node`) runs
+    /// it, on every device: to measure the nodes against the composed forms and the
+    /// kernels. Other ops as with [`Kernels::Cpu`].
     Nodes,
 }
 

@@ -18,8 +18,9 @@
 //!   tensor ops), the one place its chunk equations are written; each order also has a
 //!   CPU kernel (`cpu`, every order) and a GPU kernel (`gpu`, every order, gates without a
 //!   gradient), which [`forward`] runs instead where they apply (`route`), with the
-//!   composed form as their test oracle; second order also has a node (`node`: one
-//!   autodiff node of Burn's ops with a hand-written backward pass, on every device).
+//!   composed form as their test oracle; and a node (`node`: one autodiff node of
+//!   Burn's ops with a hand-written backward pass, on every device, which
+//!   [`crate::backend::Kernels::Nodes`] turns on).
 //!
 //! The order-independent parts of the kernels are leaves here (`cpu`, `gpu`, `node`); the order
 //! folders build on them and do not route; `state` holds the one table that maps an
@@ -121,18 +122,6 @@ impl Form {
                 spans::scan(input, state, pass, |x, s| route::chunked::<O>(x, s, chunk))
             }
         }
-    }
-}
-
-/// Whether `order`'s chunked form has a node: one autodiff node made of Burn's tensor ops
-/// with a hand-written backward pass, which [`crate::backend::Kernels::Nodes`] runs.
-pub fn has_node(order: Order) -> bool {
-    #[cfg(any(cpu_kernels, gpu_kernels))]
-    return with_operator!(order, O => O::NODE.is_some());
-    #[cfg(not(any(cpu_kernels, gpu_kernels)))]
-    {
-        let _ = order;
-        false
     }
 }
 

@@ -19,7 +19,7 @@ pub(crate) fn chunked<O: Operator>(
     chunk: usize,
 ) -> (Tensor<4>, O::State) {
     #[cfg(any(cpu_kernels, gpu_kernels))]
-    if O::NODE.is_some() && keys_per_head(input) && crate::backend::takes_node(&input.q) {
+    if keys_per_head(input) && crate::backend::takes_node(&input.q) {
         return on_node::<O>(input, state, chunk);
     }
     #[cfg(cpu_kernels)]
@@ -96,10 +96,6 @@ fn on_gpu<O: Operator>(
 
 /// The chunked form of `O` as one autodiff node ([`super::node`]; the same arguments and
 /// results as [`chunked`]).
-///
-/// # Panics
-///
-/// If `O` has no node.
 #[cfg(any(cpu_kernels, gpu_kernels))]
 pub(crate) fn on_node<O: Operator>(
     input: &HlaInput,
@@ -109,7 +105,7 @@ pub(crate) fn on_node<O: Operator>(
     use super::node::{HlaNodeOps, NodeChunked};
     let log_g = input.gates_or_zeros();
     let node = NodeChunked {
-        kernels: O::NODE.expect("an order with a node"),
+        kernels: O::NODE,
         chunk,
         decay: input.log_g.is_some(),
         gates: log_g.is_tracked(),

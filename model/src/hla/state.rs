@@ -43,13 +43,13 @@ pub(crate) trait Operator {
     #[cfg(gpu_kernels)]
     const GPU: crate::hla::gpu::GpuKernels;
 
-    /// Its chunked form as one autodiff node, if it has one.
+    /// Its chunked form as one autodiff node.
     #[cfg(any(cpu_kernels, gpu_kernels))]
-    const NODE: Option<crate::hla::node::NodeKernels> = None;
+    const NODE: crate::hla::node::NodeKernels;
 }
 
 macro_rules! operators {
-    ($($order:ident => $variant:ident $(+ $node:ident)?),+ $(,)?) => {$(
+    ($($order:ident => $variant:ident),+ $(,)?) => {$(
         impl Operator for $order::State {
             type State = Self;
 
@@ -98,17 +98,15 @@ macro_rules! operators {
             #[cfg(gpu_kernels)]
             const GPU: crate::hla::gpu::GpuKernels = $order::gpu::KERNELS;
 
-            $(
-                #[cfg(any(cpu_kernels, gpu_kernels))]
-                const NODE: Option<crate::hla::node::NodeKernels> = Some($order::$node::NODE);
-            )?
+            #[cfg(any(cpu_kernels, gpu_kernels))]
+            const NODE: crate::hla::node::NodeKernels = $order::node::NODE;
         }
     )+};
 }
 
 operators!(
     first => First,
-    second => Second + node,
+    second => Second,
     third => Third,
     ahla => Asymmetric,
 );

@@ -21,10 +21,30 @@ use crate::hla::{HlaInput, chunks::Chunked};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
-/// place this order's chunk equations are written, the test oracle of the CPU and GPU
-/// kernels ([`super::cpu`], [`super::gpu`]), which [`crate::hla::forward`] runs instead
-/// where they apply.
+/// place this order's chunk equations are written ([`products`]), the test oracle of the
+/// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
+/// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
+    let products = products(input, state, chunk);
+    (products.o, products.state)
+}
+
+/// The forward pass, with the products in chunks (`[b, h, chunks, chunk, n]`) that the
+/// node's backward pass reuses.
+pub(crate) struct Products {
+    /// `P` and `E` at the start of every chunk.
+    pub(crate) p_start: Tensor<5>,
+    pub(crate) e_start: Tensor<5>,
+    /// `A^γ = D ⊙ (Q Kᵀ)` and `B`.
+    pub(crate) a_gamma: Tensor<5>,
+    pub(crate) b: Tensor<5>,
+    /// `o [b, h, time, dv]` and the final state.
+    pub(crate) o: Tensor<4>,
+    pub(crate) state: State,
+}
+
+/// The chunk equations of the module's header, from `state`.
+pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
     let Chunked {
         chunks,
         decay,
@@ -37,10 +57,17 @@ pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, Stat
     let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
     let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
     let a_gamma = decay.mask(q.clone().matmul(kt.clone()), 1);
-    let b = decay.since_start(q.clone().matmul(p_start), 1.0) + a_gamma.clone().matmul(v);
+    let b = decay.since_start(q.clone().matmul(p_start.clone()), 1.0) + a_gamma.clone().matmul(v);
 
     let de = kt.matmul(decay.until_end(b.clone(), 1.0));
     let (e_start, e) = chunks.scan(state.e, de, &decay, 1.0);
-    let o = decay.since_start(q.matmul(e_start), 1.0) + a_gamma.matmul(b);
-    (chunks.merge(o), State { p, e })
+    let o = decay.since_start(q.matmul(e_start.clone()), 1.0) + a_gamma.clone().matmul(b.clone());
+    Products {
+        o: chunks.merge(o),
+        state: State { p, e },
+        p_start,
+        e_start,
+        a_gamma,
+        b,
+    }
 }

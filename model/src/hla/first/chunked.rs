@@ -14,10 +14,28 @@ use crate::hla::{HlaInput, chunks::Chunked};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
-/// place this order's chunk equations are written, the test oracle of the CPU and GPU
-/// kernels ([`super::cpu`], [`super::gpu`]), which [`crate::hla::forward`] runs instead
-/// where they apply.
+/// place this order's chunk equations are written ([`products`]), the test oracle of the
+/// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
+/// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
+    let products = products(input, state, chunk);
+    (products.o, products.state)
+}
+
+/// The forward pass, with the products in chunks (`[b, h, chunks, chunk, n]`) that the
+/// node's backward pass reuses.
+pub(crate) struct Products {
+    /// `S` at the start of every chunk.
+    pub(crate) s_start: Tensor<5>,
+    /// `M = (Q Kᵀ) ⊙ D`.
+    pub(crate) scores: Tensor<5>,
+    /// `o [b, h, time, dv]` and the final state.
+    pub(crate) o: Tensor<4>,
+    pub(crate) state: State,
+}
+
+/// The chunk equations of the module's header, from `state`.
+pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
     let Chunked {
         chunks,
         decay,
@@ -30,6 +48,11 @@ pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, Stat
     let ds = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
     let scores = decay.mask(q.clone().matmul(kt), 1);
-    let o = decay.since_start(q.matmul(s_start), 1.0) + scores.matmul(v);
-    (chunks.merge(o), State { s })
+    let o = decay.since_start(q.matmul(s_start.clone()), 1.0) + scores.clone().matmul(v);
+    Products {
+        o: chunks.merge(o),
+        state: State { s },
+        s_start,
+        scores,
+    }
 }

@@ -9,8 +9,10 @@
 //! the gradients of q and k. Each order with a node writes its backward pass in its
 //! `node` module; the composed form stays its test oracle.
 
+mod backward;
 mod ops;
 
+pub(crate) use backward::{Backward, parts, rows};
 pub(crate) use ops::HlaNodeOps;
 
 use burn::prelude::*;
@@ -84,7 +86,7 @@ fn input(
 }
 
 /// One head's state parts for `input`.
-fn parts(input: &HlaInput, node: NodeChunked) -> Vec<[usize; 2]> {
+fn state_parts(input: &HlaInput, node: NodeChunked) -> Vec<[usize; 2]> {
     (node.kernels.state_parts)(input.q.dims()[3], input.v.dims()[3])
 }
 
@@ -106,7 +108,7 @@ pub(crate) fn forward<B: Inner>(
         node,
     );
     let [b, h, ..] = x.q.dims();
-    let state = crate::hla::unpack_state(B::tensor(state), [b, h], &parts(&x, node));
+    let state = crate::hla::unpack_state(B::tensor(state), [b, h], &state_parts(&x, node));
     let out = (node.kernels.forward)(&x, state, node.chunk);
     let o_len = out.o.shape().num_elements();
     let packed = Tensor::cat(vec![out.o.reshape([o_len]), pack_state(out.state)], 0);
@@ -136,7 +138,7 @@ pub(crate) fn backward<B: Inner>(
     let order_saved = saved.map(B::tensor::<5>).collect();
     let g_dims = log_g.dims();
     let x = input(q, k, v, log_g, node);
-    let (o, state) = unpack_output(B::tensor(grad), &parts(&x, node), &x);
+    let (o, state) = unpack_output(B::tensor(grad), &state_parts(&x, node), &x);
     let grads = (node.kernels.backward)(
         &x,
         order_saved,

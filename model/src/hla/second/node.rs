@@ -21,9 +21,7 @@ use burn::prelude::*;
 use super::State;
 use super::chunked::{Products, products};
 use crate::hla::HlaInput;
-use crate::hla::chunks::Chunked;
-use crate::hla::decay::{Decay, DecayGrad};
-use crate::hla::node::{Cotangent, NodeForward, NodeGrads, NodeKernels};
+use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts, rows};
 
 /// This order's node, for [`crate::hla::node`].
 pub(crate) const NODE: NodeKernels = NodeKernels {
@@ -61,111 +59,31 @@ fn backward(
     chunk: usize,
     gates: bool,
 ) -> NodeGrads {
-    let Chunked {
-        chunks,
-        decay,
-        q,
-        k,
-        v,
-    } = Chunked::new(input, chunk);
-    let [s_start, z_start, w, a, p] =
-        <[_; 5]>::try_from(saved).unwrap_or_else(|_| unreachable!("saved by forward"));
-    let [ds_last, dz_last] =
-        <[_; 2]>::try_from(grad.state).unwrap_or_else(|_| unreachable!("the gradients of S and Z"));
-    let g = chunks.split(grad.o);
-    let mut gate = gates.then(DecayGrad::new);
+    let (mut pass, [q, k, v, g]) = Backward::new(input, grad.o, chunk, gates);
+    let [s_start, z_start, w, a, p] = parts(saved);
+    let [ds_last, dz_last] = parts(grad.state);
 
     // ∂Z after every chunk; ∂Q's term through Z.
-    let a2g = decay.since_start(g.clone(), 2.0);
-    let dz_updates = q.clone().transpose().matmul(a2g.clone());
-    let (dz, dz0) = chunks.scan_back(dz_last, dz_updates, &decay, 2.0);
-    if let Some(gate) = &mut gate {
-        gate.since_start(2.0, rows(a2g.clone(), q.clone().matmul(z_start.clone())));
-        gate.whole(2.0, decay.whole(whole(dz.clone(), z_start.clone()), 2.0));
-    }
-    let dq = a2g.matmul(z_start.transpose());
+    let z = pass.read(&q, g.clone(), (z_start, dz_last), 2.0, false);
 
     // G, ∂V, ∂A; ∂Q's term through A.
-    let gm = masked(
-        &decay,
-        g.clone().matmul(v.clone().transpose()),
-        2,
-        &p,
-        &mut gate,
-    );
-    let ea_dz = decay.until_end(a.clone(), 2.0).matmul(dz.clone());
-    if let Some(gate) = &mut gate {
-        gate.until_end(2.0, rows(ea_dz.clone(), v.clone()));
-    }
-    let dv = p.transpose().matmul(g) + ea_dz;
-    let da =
-        gm.clone().transpose().matmul(q.clone()) + decay.until_end(v, 2.0).matmul(dz.transpose());
-    let dq = dq + gm.matmul(a);
+    let [dv, da, dq_a] = pass.moment_product(&q, g, (a, v, p), z.after, 2);
+    let dq = z.dq + dq_a;
 
-    // ∂S after every chunk; ∂Q's term through S.
-    let ada = decay.since_start(da.clone(), 1.0);
-    let ds_updates = ada.clone().transpose().matmul(q.clone());
-    let (ds, ds0) = chunks.scan_back(ds_last, ds_updates, &decay, 1.0);
-    if let Some(gate) = &mut gate {
-        let qs = q.clone().matmul(s_start.clone().transpose());
-        gate.since_start(1.0, rows(ada.clone(), qs));
-        gate.whole(1.0, decay.whole(whole(ds.clone(), s_start.clone()), 1.0));
-    }
-    let dq = dq + ada.matmul(s_start);
+    // ∂S after every chunk (A reads Sᵀ); ∂Q's term through S.
+    let s = pass.read(&q, da.clone(), (s_start, ds_last), 1.0, true);
+    let dq = dq + s.dq;
 
     // H, ∂K; ∂Q's term through W.
-    let hm = masked(
-        &decay,
-        da.clone().matmul(k.clone().transpose()),
-        1,
-        &w,
-        &mut gate,
-    );
+    let hm = pass.masked(da.clone().matmul(k.clone().transpose()), 1, &w);
     let dk = w.transpose().matmul(da) + hm.clone().transpose().matmul(q);
     let dq = dq + hm.matmul(k.clone());
-    let ek_sym = decay
-        .until_end(k.clone(), 1.0)
-        .matmul(ds.clone() + ds.transpose());
-    if let Some(gate) = &mut gate {
+    let ek = pass.decay.until_end(k.clone(), 1.0);
+    let ek_sym = ek.matmul(s.after.clone() + s.after.transpose());
+    if let Some(gate) = pass.gate() {
         // k_τᵀ ∂S k_τ, half of k_τᵀ (∂S + ∂Sᵀ) k_τ.
         gate.until_end(1.0, rows(ek_sym.clone(), k) * 0.5);
     }
     let dk = dk + ek_sym;
-
-    NodeGrads {
-        q: chunks.merge(dq),
-        k: chunks.merge(dk),
-        v: chunks.merge(dv),
-        log_g: gate.map(|gate| chunks.merge(gate.into_log_gates()).squeeze_dim(3)),
-        state: vec![ds0, dz0],
-    }
-}
-
-/// `∂X ⊙ D^p` for the gradient `∂X` of a product that the forward pass masked into
-/// `masked = X ⊙ D^p`; gathers the mask's part of the gates' gradient, `∂X ⊙ masked`.
-fn masked(
-    decay: &Decay<5>,
-    dx: Tensor<5>,
-    p: u32,
-    masked: &Tensor<5>,
-    gate: &mut Option<DecayGrad<5>>,
-) -> Tensor<5> {
-    match gate {
-        Some(gate) => {
-            gate.mask(f64::from(p), dx.clone() * masked.clone());
-            decay.mask(dx, p)
-        }
-        None => decay.mask(dx, p),
-    }
-}
-
-/// `x_r · y_r` for the rows of `x` and `y`, `[.., rows, 1]`: with `x` a decay-scaled
-/// factor `diag(f) X` and `y` the gradient of `X`'s product, this is `f ⊙ ∂f`.
-fn rows(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
-    (x * y).sum_dim(4)
-}
-
-/// `⟨x, y⟩` per chunk, `[.., 1, 1]`.
-fn whole(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
-    (x * y).sum_dim(4).sum_dim(3)
+    pass.finish([dq, dk, dv], vec![s.first, z.first])
 }

@@ -26,10 +26,33 @@ use crate::hla::{HlaInput, chunks::Chunked};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
-/// place this order's chunk equations are written, the test oracle of the CPU and GPU
-/// kernels ([`super::cpu`], [`super::gpu`]), which [`crate::hla::forward`] runs instead
-/// where they apply.
+/// place this order's chunk equations are written ([`products`]), the test oracle of the
+/// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
+/// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
+    let products = products(input, state, chunk);
+    (products.o, products.state)
+}
+
+/// The forward pass, with the products in chunks (`[b, h, chunks, chunk, n]`) that the
+/// node's backward pass reuses.
+pub(crate) struct Products {
+    /// `S`, `P` and `Y` at the start of every chunk.
+    pub(crate) s_start: Tensor<5>,
+    pub(crate) p_start: Tensor<5>,
+    pub(crate) y_start: Tensor<5>,
+    /// `W^γ = D ⊙ (Q Kᵀ)`, `A`, `B` and `T = (Q Aᵀ) ⊙ D³`.
+    pub(crate) w: Tensor<5>,
+    pub(crate) a: Tensor<5>,
+    pub(crate) b: Tensor<5>,
+    pub(crate) t: Tensor<5>,
+    /// `o [b, h, time, dv]` and the final state.
+    pub(crate) o: Tensor<4>,
+    pub(crate) state: State,
+}
+
+/// The chunk equations of the module's header, from `state`.
+pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
     let Chunked {
         chunks,
         decay,
@@ -43,17 +66,27 @@ pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, Stat
     let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
     let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
-    let w_gamma = decay.mask(q.clone().matmul(kt), 1);
+    let w = decay.mask(q.clone().matmul(kt), 1);
     let a =
-        decay.since_start(q.clone().matmul(s_start.transpose()), 1.0) + w_gamma.clone().matmul(k);
-    let b = decay.since_start(q.clone().matmul(p_start), 1.0) + w_gamma.matmul(v);
+        decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0) + w.clone().matmul(k);
+    let b = decay.since_start(q.clone().matmul(p_start.clone()), 1.0) + w.clone().matmul(v);
 
     let dy = a
         .clone()
         .transpose()
         .matmul(decay.until_end(b.clone(), 3.0));
     let (y_start, y) = chunks.scan(state.y, dy, &decay, 3.0);
-    let qa = decay.mask(q.clone().matmul(a.transpose()), 3);
-    let o = decay.since_start(q.matmul(y_start), 3.0) + qa.matmul(b);
-    (chunks.merge(o), State { s, p, y })
+    let t = decay.mask(q.clone().matmul(a.clone().transpose()), 3);
+    let o = decay.since_start(q.matmul(y_start.clone()), 3.0) + t.clone().matmul(b.clone());
+    Products {
+        o: chunks.merge(o),
+        state: State { s, p, y },
+        s_start,
+        p_start,
+        y_start,
+        w,
+        a,
+        b,
+        t,
+    }
 }

@@ -8,6 +8,8 @@ mod chunked;
 pub(crate) mod cpu;
 #[cfg(gpu_kernels)]
 pub(crate) mod gpu;
+#[cfg(any(cpu_kernels, gpu_kernels))]
+pub(crate) mod node;
 mod recurrent;
 mod reference;
 

@@ -37,7 +37,7 @@ type Case = (Operator, usize, bool, Route);
 enum Route {
     /// Its hand-written kernels (the CPU's, or the GPU's, which training leaves off).
     Kernels,
-    /// Its node (`hla_model::hla::has_node`).
+    /// Its node (`Kernels::Nodes`).
     Node,
     /// Its composed form.
     Composed,

@@ -1,0 +1,71 @@
+//! This order's node ([`crate::hla::node`]): the forward pass is the composed form's
+//! [`products`]; the backward pass, with `∂S` the gradient of the state after a chunk and
+//! `G = (∂O Vᵀ) ⊙ D`, is per chunk
+//!
+//! ```text
+//! ∂Q = diag(a) ∂O Sᵀ + G K,  ∂K = Gᵀ Q + diag(e) V ∂Sᵀ,  ∂V = Mᵀ ∂O + diag(e) K ∂S
+//! ∂S ← ρ ∂S + (diag(a) Q)ᵀ ∂O
+//! ```
+//!
+//! (`S` in a chunk's equations is its start state), every chunk at once: `∂S` after every
+//! chunk by a scan back over the chunks (its update needs only `∂O`), then the rest. The
+//! log gates, when they need a gradient, get it from each decay factor `f` as `f ⊙ ∂f`, as
+//! in the CPU kernel ([`super::cpu`]).
+
+use burn::prelude::*;
+
+use super::State;
+use super::chunked::{Products, products};
+use crate::hla::HlaInput;
+use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts, rows};
+
+/// This order's node, for [`crate::hla::node`].
+pub(crate) const NODE: NodeKernels = NodeKernels {
+    forward,
+    backward,
+    state_parts: super::state_parts,
+};
+
+/// Saves `[S starts, M]`.
+fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward {
+    let Products {
+        o,
+        state,
+        s_start,
+        scores,
+    } = products(input, State::from_tensors(state), chunk);
+    NodeForward {
+        o,
+        state: state.tensors(),
+        saved: vec![s_start, scores],
+    }
+}
+
+/// In the order of the module's header, each tensor used up where it is last needed, and
+/// the gates' gradient gathered as its factors come.
+fn backward(
+    input: &HlaInput,
+    saved: Vec<Tensor<5>>,
+    grad: Cotangent,
+    chunk: usize,
+    gates: bool,
+) -> NodeGrads {
+    let (mut pass, [q, k, v, g]) = Backward::new(input, grad.o, chunk, gates);
+    let [s_start, scores] = parts(saved);
+    let [ds_last] = parts(grad.state);
+
+    // ∂S after every chunk; ∂Q's term through S.
+    let s = pass.read(&q, g.clone(), (s_start, ds_last), 1.0, false);
+
+    // G; ∂Q, ∂K, ∂V.
+    let gm = pass.masked(g.clone().matmul(v.clone().transpose()), 1, &scores);
+    let dq = s.dq + gm.clone().matmul(k.clone());
+    let ev = pass.decay.until_end(v.clone(), 1.0);
+    let dk = gm.transpose().matmul(q) + ev.matmul(s.after.clone().transpose());
+    let ek_ds = pass.decay.until_end(k, 1.0).matmul(s.after);
+    if let Some(gate) = pass.gate() {
+        gate.until_end(1.0, rows(ek_ds.clone(), v));
+    }
+    let dv = scores.transpose().matmul(g) + ek_ds;
+    pass.finish([dq, dk, dv], vec![s.first])
+}

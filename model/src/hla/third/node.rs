@@ -1,0 +1,100 @@
+//! This order's node ([`crate::hla::node`]): the forward pass is the composed form's
+//! [`products`]; the backward pass, with `∂S`, `∂P`, `∂Y` the gradients of the state after
+//! a chunk, `G = (∂O Bᵀ) ⊙ D³` and `H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D`, is per chunk
+//!
+//! ```text
+//! ∂B = Tᵀ ∂O + diag(e³) A ∂Y,  ∂A = Gᵀ Q + diag(e³) B ∂Yᵀ
+//! ∂Q = diag(a³) ∂O Yᵀ + G A + diag(a) (∂A S + ∂B Pᵀ) + H K
+//! ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ) + diag(e) V ∂Pᵀ
+//! ∂V = Wᵀ ∂B + diag(e) K ∂P
+//! ∂Y ← ρ³ ∂Y + Qᵀ diag(a³) ∂O,  ∂S ← ρ ∂S + (diag(a) ∂A)ᵀ Q,  ∂P ← ρ ∂P + Qᵀ diag(a) ∂B
+//! ```
+//!
+//! (`S`, `P`, `Y` in a chunk's equations are its start states), every chunk at once in the
+//! order the equations allow: `∂Y` after every chunk by a scan back over the chunks (its
+//! update needs only `∂O`), then `G`, `∂A`, `∂B`, then `∂S` and `∂P` by two more scans
+//! back, then the rest. The log gates, when they need a gradient, get it from each decay
+//! factor `f` as `f ⊙ ∂f`, as in the CPU kernel ([`super::cpu`]).
+
+use burn::prelude::*;
+
+use super::State;
+use super::chunked::{Products, products};
+use crate::hla::HlaInput;
+use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts, rows};
+
+/// This order's node, for [`crate::hla::node`].
+pub(crate) const NODE: NodeKernels = NodeKernels {
+    forward,
+    backward,
+    state_parts: super::state_parts,
+};
+
+/// Saves `[S, P and Y starts, W, A, B, T]`.
+fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward {
+    let Products {
+        o,
+        state,
+        s_start,
+        p_start,
+        y_start,
+        w,
+        a,
+        b,
+        t,
+    } = products(input, State::from_tensors(state), chunk);
+    NodeForward {
+        o,
+        state: state.tensors(),
+        saved: vec![s_start, p_start, y_start, w, a, b, t],
+    }
+}
+
+/// In the order of the module's header, each tensor used up where it is last needed, and
+/// the gates' gradient gathered as its factors come.
+fn backward(
+    input: &HlaInput,
+    saved: Vec<Tensor<5>>,
+    grad: Cotangent,
+    chunk: usize,
+    gates: bool,
+) -> NodeGrads {
+    let (mut pass, [q, k, v, g]) = Backward::new(input, grad.o, chunk, gates);
+    let [s_start, p_start, y_start, w, a, b, t] = parts(saved);
+    let [ds_last, dp_last, dy_last] = parts(grad.state);
+
+    // ∂Y after every chunk; ∂Q's term through Y.
+    let y = pass.read(&q, g.clone(), (y_start, dy_last), 3.0, false);
+
+    // G, ∂B, ∂A; ∂Q's term through A.
+    let [db, da, dq_a] = pass.moment_product(&q, g, (a, b, t), y.after, 3);
+    let dq = y.dq + dq_a;
+
+    // ∂S (A reads Sᵀ) and ∂P after every chunk; ∂Q's terms through S and P.
+    let s = pass.read(&q, da.clone(), (s_start, ds_last), 1.0, true);
+    let p = pass.read(&q, db.clone(), (p_start, dp_last), 1.0, false);
+    let dq = dq + s.dq + p.dq;
+
+    // H; ∂Q, ∂K, ∂V.
+    let grad_w =
+        da.clone().matmul(k.clone().transpose()) + db.clone().matmul(v.clone().transpose());
+    let hm = pass.masked(grad_w, 1, &w);
+    let dq = dq + hm.clone().matmul(k.clone());
+    let ek = pass.decay.until_end(k.clone(), 1.0);
+    let ek_sym = ek.clone().matmul(s.after.clone() + s.after.transpose());
+    let ek_dp = ek.matmul(p.after.clone());
+    if let Some(gate) = pass.gate() {
+        // k_τᵀ ∂S k_τ, half of k_τᵀ (∂S + ∂Sᵀ) k_τ.
+        gate.until_end(
+            1.0,
+            rows(ek_sym.clone(), k) * 0.5 + rows(ek_dp.clone(), v.clone()),
+        );
+    }
+    let ev = pass.decay.until_end(v, 1.0);
+    let dk = w.clone().transpose().matmul(da)
+        + hm.transpose().matmul(q)
+        + ek_sym
+        + ev.matmul(p.after.transpose());
+    let dv = w.transpose().matmul(db) + ek_dp;
+    pass.finish([dq, dk, dv], vec![s.first, p.first, y.first])
+}
