@@ -3,8 +3,8 @@
 # minutes (a GPU machine may be at hand for minutes only; each step has its time limit).
 # First the values, every device at once: the GPU tests on the real device (the kernels
 # against their composed forms, wgpu) and `hla verify` (every operator's forms agree on the
-# device, wgpu and cuda). Then the times, the GPU kernels against the composed forms in the
-# same rounds: the operators at flash-linear-attention's published chunk_gla shape (B4
+# device, wgpu and cuda). Then the times, the GPU kernels against the nodes and the
+# composed forms in the same rounds: the operators at flash-linear-attention's published chunk_gla shape (B4
 # T2048 H16 d128, chunk 64) and plain matmuls, PyTorch's references where PyTorch sees the
 # GPU, nanoGPT's training step and one sequence of 2048 (`train`), third order. Into
 # experiments/bench/gpu-<device>/ (tests.txt, verify.txt, b4-h16-d128/ and train/ with
@@ -137,7 +137,7 @@ done
 
 # Then the times: the operators at flash-linear-attention's chunk_gla shape (B4 T2048 H16
 # d128, chunk 64) and plain matmuls, PyTorch's references, training steps, then third
-# order, each kernel against its composed form in the same rounds. Each measurement on its
+# order, each kernel against its node and its composed form in the same rounds. Each measurement on its
 # own: one that runs out of time leaves the others.
 for device in "${present[@]}"; do
     out="experiments/bench/gpu-$device"

@@ -271,7 +271,7 @@ fn bench_reports_json_and_tables() {
 
 /// `hla bench --operator-shape B,H,D` sizes the operator problem (reported, and in the
 /// chunk-shaped matmul), and `--composed` times every operator also without its fused
-/// kernel, in the same rounds.
+/// kernel, and every chunked form also as its node, in the same rounds.
 #[test]
 fn bench_takes_the_operator_shape_and_composed_operators() {
     let (report, tables) = quick_bench("matmul", &["--operator-shape", "2,3,16"]);
@@ -294,6 +294,10 @@ fn bench_takes_the_operator_shape_and_composed_operators() {
         let composed = format!("{op} composed");
         assert_eq!(count(op), 8, "{op} at 4 lengths, 2 passes: {report}");
         assert_eq!(count(&composed), 8, "{composed}: {report}");
+    }
+    for (op, nodes) in [("hla2-chunked", 8), ("hla3-chunked", 8), ("softmax", 0)] {
+        let node = format!("{op} node");
+        assert_eq!(count(&node), nodes, "{node}: {report}");
     }
 
     let dir = tempfile::tempdir().unwrap();
@@ -776,7 +780,8 @@ fn every_bad_input_has_one_clear_message() {
 }
 
 /// `hla bench --only train`: whole optimizer steps of the mixers and workloads asked for,
-/// with and without the fused kernels in the same rounds; the phases add up to the step.
+/// with and without the fused kernels in the same rounds, and an HLA mixer with its node;
+/// the phases add up to the step.
 #[test]
 fn bench_times_training_steps() {
     let extra = [
@@ -788,7 +793,11 @@ fn bench_times_training_steps() {
     ];
     let (report, tables) = quick_bench("train", &extra);
     let rows = report["train"].as_array().expect("train rows");
-    assert_eq!(rows.len(), 4, "two mixers, fused and composed: {report}");
+    assert_eq!(
+        rows.len(),
+        5,
+        "two mixers, fused and composed, linear also as its node: {report}"
+    );
     for row in rows {
         assert_eq!(row["workload"], "nanogpt");
         assert_eq!(
@@ -810,11 +819,31 @@ fn bench_times_training_steps() {
             "a CPU launches no kernel: {row}"
         );
     }
-    let fused =
-        |mixer: &str, on: bool| rows.iter().any(|r| r["mixer"] == mixer && r["fused"] == on);
-    assert!(fused("linear", true) && fused("linear", false) && fused("softmax", true));
+    // `node` is written only where it is true.
+    let has = |mixer: &str, fused: bool, node: bool| {
+        rows.iter().any(|r| {
+            let is_node = r.get("node").is_some_and(|n| n == true);
+            r["mixer"] == mixer && r["fused"] == fused && is_node == node
+        })
+    };
+    assert!(
+        has("linear", true, false) && has("linear", false, true),
+        "{report}"
+    );
+    assert!(
+        has("linear", false, false) && has("softmax", true, false),
+        "{report}"
+    );
+    assert!(
+        !has("softmax", false, true),
+        "softmax has no node: {report}"
+    );
     assert!(tables.contains("## Training steps"), "{tables}");
     assert!(tables.contains("- nanogpt softmax: "), "{tables}");
+    let (_, nodes) = tables
+        .split_once("Nodes over composed forms")
+        .unwrap_or_else(|| panic!("{tables}"));
+    assert!(nodes.contains("- nanogpt linear: "), "{tables}");
     assert!(!tables.contains("## Operators"), "{tables}");
 }
 

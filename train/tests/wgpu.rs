@@ -126,7 +126,8 @@ fn bench_runs_on_wgpu() {
 }
 
 /// A training step on the GPU is counted in kernel launches (cubecl's launch observer),
-/// with the chunked mixer's kernels and with its composed form: the kernels launch fewer.
+/// with the chunked mixer's kernels, as its node and with its composed form: the kernels
+/// launch fewer than the composed form.
 #[test]
 fn bench_counts_the_kernels_of_a_step_on_wgpu() {
     let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
@@ -145,15 +146,16 @@ fn bench_counts_the_kernels_of_a_step_on_wgpu() {
     ]));
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
     let rows = report["train"].as_array().expect("train rows");
-    assert_eq!(rows.len(), 2, "{report}");
-    let launches = |fused: bool| {
+    assert_eq!(rows.len(), 3, "{report}");
+    let launches = |fused: bool, node: bool| {
         let row = rows
             .iter()
-            .find(|r| r["fused"] == fused)
-            .expect("both cases");
+            .find(|r| r["fused"] == fused && r.get("node").is_some() == node)
+            .expect("every case");
         row["launches"].as_u64().expect("a launch count on wgpu")
     };
-    let (kernels, composed) = (launches(true), launches(false));
+    let (kernels, composed) = (launches(true, false), launches(false, false));
+    assert!(launches(false, true) > 100, "the node's step: {report}");
     // Four layers of embedding, norms, projections, the mixer, MLP, loss, their gradients
     // and AdamW: hundreds of kernels, even fused by Burn.
     assert!(kernels > 100, "{kernels} launches: {report}");

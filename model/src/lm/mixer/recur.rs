@@ -62,7 +62,9 @@ impl Mixer {
             gates: false,
         };
         let keys_per_head = widths[0] == widths[1];
-        (keys_per_head && recurrent && crate::backend::takes_cpu_kernel(qkv))
+        // The nodes, when turned on, take the chunked form from the mixer's kernels.
+        let node = !serial && crate::backend::kernels() == crate::backend::Kernels::Nodes;
+        (keys_per_head && recurrent && !node && crate::backend::takes_cpu_kernel(qkv))
             .then_some(CpuCall { hla, serial })
     }
 

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::prelude::*;
-use hla_model::backend::{Kernels, set_kernels};
+use hla_model::backend::Kernels;
 use hla_model::bench::{Operator, Shape5};
 use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
@@ -64,8 +64,9 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Also measure every training step and operator with the fused kernels off (their
-    /// composed forms), and every operator with a node as its node (one autodiff node of
-    /// Burn's ops with a hand-written backward pass), in the same rounds: the CPU kernels,
+    /// composed forms), and every HLA mixer's step and chunked operator as its node (one
+    /// autodiff node of Burn's ops with a hand-written backward pass), in the same rounds:
+    /// the CPU kernels,
     /// or on a GPU the chunked HLA's and the attention's. The fused rows run every kernel,
     /// the GPU kernels too, which training leaves off (measured slower than the composed
     /// forms on an H200).
@@ -367,10 +368,44 @@ fn in_rounds<R>(
     Ok(measured)
 }
 
-/// Runs the cases that follow fused (every hand-written kernel, the GPU's too, which are
-/// off by default) or composed (none); [`Kernels::default`] puts the default back.
-fn use_kernels(fused: bool) {
-    set_kernels(if fused { Kernels::All } else { Kernels::None });
+/// Which form of an operator, or of a training step's ops, a case runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// The hand-written kernels (the CPU's, or the GPU's, which training leaves off).
+    Kernels,
+    /// The chunked HLA's node (`Kernels::Nodes`), every other op as by default.
+    Node,
+    /// The composed forms.
+    Composed,
+}
+
+impl Route {
+    /// The kernels the case runs with ([`Kernels::default`] puts the default back).
+    fn kernels(self) -> Kernels {
+        match self {
+            Self::Kernels => Kernels::All,
+            Self::Node => Kernels::Nodes,
+            Self::Composed => Kernels::None,
+        }
+    }
+
+    /// The form's name in the training steps' table.
+    fn form(self) -> &'static str {
+        match self {
+            Self::Kernels => "fused",
+            Self::Node => "node",
+            Self::Composed => "composed",
+        }
+    }
+
+    /// The suffix of the operator's name in a row (none for an operator's one form).
+    pub(super) fn suffix(self) -> &'static str {
+        match self {
+            Self::Kernels => "",
+            Self::Node => " node",
+            Self::Composed => " composed",
+        }
+    }
 }
 
 /// Repetitions for about [`BUDGET_S`] of calls taking `warm` seconds, 3 to 15.

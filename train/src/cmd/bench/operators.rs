@@ -9,7 +9,7 @@ use hla_model::bench::{Operator, OperatorInputs};
 use hla_model::hla::Form;
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Timing, in_rounds, repetitions, shape};
+use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Route, Timing, in_rounds, repetitions, shape};
 use crate::alloc;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -31,36 +31,6 @@ pub(super) struct EfficiencyRow {
 
 /// An operator, the index of its length, with backward, and the form that runs it.
 type Case = (Operator, usize, bool, Route);
-
-/// Which form of an operator a case runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    /// Its hand-written kernels (the CPU's, or the GPU's, which training leaves off).
-    Kernels,
-    /// Its node (`Kernels::Nodes`).
-    Node,
-    /// Its composed form.
-    Composed,
-}
-
-impl Route {
-    fn kernels(self) -> Kernels {
-        match self {
-            Self::Kernels => Kernels::All,
-            Self::Node => Kernels::Nodes,
-            Self::Composed => Kernels::None,
-        }
-    }
-
-    /// The suffix of the operator's name in a row (none for an operator's one form).
-    pub(super) fn suffix(self) -> &'static str {
-        match self {
-            Self::Kernels => "",
-            Self::Node => " node",
-            Self::Composed => " composed",
-        }
-    }
-}
 
 impl Bench {
     /// Every operator, pass and length (with `composed`, those with a fused kernel also

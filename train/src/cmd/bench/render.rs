@@ -7,6 +7,7 @@ use hla_model::bench::Operator;
 
 use super::decode::DecodeRow;
 use super::operators::OperatorRow;
+use super::steps::TrainRow;
 use super::{RECURRENT_BACKWARD_MAX, Report, SEGMENT_SWEEP_TIME, SWEEP_TIME, passes};
 use crate::run::plots::{self, Series, YScale};
 
@@ -81,7 +82,7 @@ fn render_train(md: &mut String, report: &Report) {
             r.context,
             r.vocab,
             r.parameters,
-            if r.fused { "fused" } else { "composed" },
+            r.form(),
             r.timing.median_s * 1e3,
             r.phases_s[0] * 1e3,
             r.phases_s[1] * 1e3,
@@ -92,26 +93,33 @@ fn render_train(md: &mut String, report: &Report) {
             r.launches.map_or("–".into(), |n| n.to_string())
         );
     }
+    for (form, title) in [("fused", "Fused kernels"), ("node", "Nodes")] {
+        render_over_composed(md, report, form, title);
+    }
+    let _ = writeln!(md);
+}
+
+/// Each training step of `form` over the same step composed, in tokens/s.
+fn render_over_composed(md: &mut String, report: &Report, form: &str, title: &str) {
+    let composed = |f: &TrainRow| {
+        report
+            .train
+            .iter()
+            .find(|c| c.form() == "composed" && c.workload == f.workload && c.mixer == f.mixer)
+    };
     let pairs: Vec<_> = report
         .train
         .iter()
-        .filter(|r| r.fused)
-        .filter_map(|f| {
-            let c = report
-                .train
-                .iter()
-                .find(|c| !c.fused && c.workload == f.workload && c.mixer == f.mixer)?;
-            Some((f, c))
-        })
+        .filter(|r| r.form() == form)
+        .filter_map(|f| Some((f, composed(f)?)))
         .collect();
     if !pairs.is_empty() {
-        let _ = writeln!(md, "\nFused kernels over composed forms, tokens/s:\n");
+        let _ = writeln!(md, "\n{title} over composed forms, tokens/s:\n");
     }
     for (f, c) in pairs {
         let ratio = f.tokens_per_s / c.tokens_per_s;
         let _ = writeln!(md, "- {} {}: {ratio:.2}×", f.workload, f.mixer);
     }
-    let _ = writeln!(md);
 }
 
 fn render_operators(md: &mut String, report: &Report) {

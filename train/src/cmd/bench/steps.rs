@@ -16,7 +16,7 @@ use hla_model::lm::{LmConfig, MixerKind, MlpKind, NormKind, Positions};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Timing, in_rounds, launches, use_kernels};
+use super::{Bench, Route, Timing, in_rounds, launches};
 use crate::alloc;
 use crate::run::config::TrainSection;
 use crate::run::trainer::trainee::{NanGuard, Trainee};
@@ -109,8 +109,11 @@ pub(super) struct TrainRow {
     pub(super) vocab: usize,
     pub(super) parameters: usize,
     /// Whether the fused kernels ran (the CPU kernels, or on a GPU the chunked HLA's; off:
-    /// every op's composed form).
+    /// every op's composed form, or the node).
     pub(super) fused: bool,
+    /// Whether the chunked HLA ran as its node (`Kernels::Nodes`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) node: bool,
     pub(super) steps_per_s: f64,
     pub(super) tokens_per_s: f64,
     /// Median seconds of the forward pass with the loss, of the backward pass, and of
@@ -122,11 +125,22 @@ pub(super) struct TrainRow {
     pub(super) launches: Option<usize>,
 }
 
-/// One model training on one batch, fused kernels on or off.
+impl TrainRow {
+    /// Which form its step ran: `fused`, `node` or `composed`.
+    pub(super) fn form(&self) -> &'static str {
+        match (self.fused, self.node) {
+            (true, _) => "fused",
+            (false, true) => "node",
+            (false, false) => "composed",
+        }
+    }
+}
+
+/// One model training on one batch, with the kernels of `route`.
 struct Case {
     workload: &'static Workload,
     mixer: MixerKind,
-    fused: bool,
+    route: Route,
     parameters: usize,
     /// Kernels one step launched, counted on a warm-up step.
     launches: Option<usize>,
@@ -139,7 +153,7 @@ impl Case {
     fn new(
         workload: &'static Workload,
         mixer: MixerKind,
-        fused: bool,
+        route: Route,
         device: &Device,
         seed: u64,
     ) -> Self {
@@ -172,7 +186,7 @@ impl Case {
         Self {
             workload,
             mixer,
-            fused,
+            route,
             parameters: trainee.lm.num_params(),
             launches: None,
             trainee: Some(trainee),
@@ -184,7 +198,7 @@ impl Case {
     /// One optimizer step; returns the seconds of its phases (forward, backward,
     /// optimizer) and its peak heap bytes.
     fn step(&mut self, device: &Device) -> Result<([f64; 3], usize)> {
-        use_kernels(self.fused);
+        set_kernels(self.route.kernels());
         let trainee = self
             .trainee
             .take()
@@ -220,7 +234,8 @@ impl Case {
             context: w.context,
             vocab: w.vocab,
             parameters: self.parameters,
-            fused: self.fused,
+            fused: self.route == Route::Kernels,
+            node: self.route == Route::Node,
             steps_per_s: 1.0 / timing.median_s,
             tokens_per_s: (w.batch * w.context) as f64 / timing.median_s,
             phases_s,
@@ -232,7 +247,7 @@ impl Case {
 
 impl Bench {
     /// Every workload and mixer (empty lists: all; with `composed`, each also with the
-    /// fused kernels off): warm-up steps, then rounds of one step per case still short of
+    /// fused kernels off, and each HLA mixer with its node): warm-up steps, then rounds of one step per case still short of
     /// its repetitions (3 when `quick`), so the machine's slow spells spread over every
     /// case.
     pub(super) fn train_steps(
@@ -250,7 +265,7 @@ impl Bench {
                 "train {} {} {} warm-up",
                 case.workload.name,
                 case.mixer.name(),
-                if case.fused { "fused" } else { "composed" }
+                case.route.form()
             );
             case.step(&autodiff)?;
             // The second step: the first also launches autotune's candidates.
@@ -269,8 +284,8 @@ impl Bench {
     }
 
     /// The cases of `mixers` (empty: all) on `workloads` (empty: all), on the autodiff
-    /// device `autodiff`, each fused where it has kernels, and also composed with
-    /// `composed`.
+    /// device `autodiff`, each fused where it has kernels, and with `composed` also
+    /// composed and (an HLA mixer) with its node.
     fn cases(
         &self,
         mixers: &[MixerKind],
@@ -287,21 +302,22 @@ impl Bench {
         let wanted = |w: &Workload| workloads.is_empty() || workloads.iter().any(|n| n == w.name);
         for workload in WORKLOADS.iter().filter(|w| wanted(w)) {
             for &mixer in mixers {
-                let decay = (workload.model)().decay;
-                let variants: &[bool] = match (mixer.has_kernels(decay, &self.device), composed) {
-                    (true, true) => &[true, false],
-                    (true, false) => &[true],
-                    // No fused kernels for it there: the case is composed.
-                    (false, _) => &[false],
-                };
-                for &fused in variants {
-                    cases.push(Case::new(
-                        workload,
-                        mixer,
-                        fused,
-                        autodiff,
-                        cases.len() as u64,
-                    ));
+                let fused = mixer.has_kernels((workload.model)().decay, &self.device);
+                // Without fused kernels for it there, the plain case is composed.
+                let mut routes = vec![if fused {
+                    Route::Kernels
+                } else {
+                    Route::Composed
+                }];
+                if composed && mixer != MixerKind::Softmax {
+                    routes.push(Route::Node);
+                }
+                if composed && fused {
+                    routes.push(Route::Composed);
+                }
+                for route in routes {
+                    let seed = cases.len() as u64;
+                    cases.push(Case::new(workload, mixer, route, autodiff, seed));
                 }
             }
         }
