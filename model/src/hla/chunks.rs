@@ -168,9 +168,7 @@ fn scan_back(
         }
         Some(log_rho) if n <= 2 * SCAN_BLOCK => {
             let [gb, gh, ..] = log_rho.dims();
-            let none = Tensor::zeros([gb, gh, 1, 1], &log_rho.device());
-            let log_rho = log_rho.reshape([gb, gh, n, 1]);
-            let mask = mask_from(Tensor::cat(vec![none, log_rho], 2).cumsum(2)).transpose();
+            let mask = scan_mask(log_rho.reshape([gb, gh, n, 1])).transpose();
             let y = Tensor::cat(vec![deltas, last.unsqueeze_dim(2)], 2);
             let after = mask.clone().narrow(2, 1, n).matmul(y.clone());
             (after, mask.narrow(2, 0, 1).matmul(y).squeeze_dim(2))
@@ -212,8 +210,7 @@ fn decayed_scan(
     let [gb, gh, ..] = log_rho.dims();
     if n <= 2 * SCAN_BLOCK {
         // Row τ of the mask gives X_τ: element 0 is X_0, element m + 1 is Δ_m.
-        let none = Tensor::zeros([gb, gh, 1, 1], &log_rho.device());
-        let mask = mask_from(Tensor::cat(vec![none, log_rho], 2).cumsum(2));
+        let mask = scan_mask(log_rho);
         let x = Tensor::cat(vec![initial.unsqueeze_dim(2), deltas], 2);
         let starts = mask.clone().narrow(2, 0, n).matmul(x.clone());
         let last = mask.narrow(2, n, 1).matmul(x).squeeze_dim(2);
@@ -245,6 +242,15 @@ fn decayed_scan(
         starts.narrow(2, 0, n)
     };
     (starts, last)
+}
+
+/// The one-matmul scan's mask over `[X_0, Δ_0, …, Δ_{n−1}]`, `[gb, gh, n + 1, n + 1]`,
+/// from `log ρ [gb, gh, n, 1]`: entry `(τ, σ)` is the decay from element `σ` to `X_τ`,
+/// `Π_{σ≤l<τ} ρ_l` (the scan back uses its transpose).
+fn scan_mask(log_rho: Tensor<4>) -> Tensor<4> {
+    let [gb, gh, ..] = log_rho.dims();
+    let none = Tensor::zeros([gb, gh, 1, 1], &log_rho.device());
+    mask_from(Tensor::cat(vec![none, log_rho], 2).cumsum(2))
 }
 
 /// Zero padding at the end of `dim` up to `len`.

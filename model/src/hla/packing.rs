@@ -16,6 +16,13 @@ pub(crate) fn pack_state(parts: Vec<Tensor<4>>) -> Tensor<1> {
     Tensor::cat(rows, 1).reshape([-1])
 }
 
+/// `o` and the final state's tensors packed as a kernel packs them: `[o, final state]`,
+/// the inverse of [`unpack_output`].
+pub(crate) fn pack_output(o: Tensor<4>, state: Vec<Tensor<4>>) -> Tensor<1> {
+    let o_len = o.shape().num_elements();
+    Tensor::cat(vec![o.reshape([o_len]), pack_state(state)], 0)
+}
+
 /// A kernel's packed `[o, final state]` for `input` as `o [batch, heads, time, dv]` and
 /// the state's tensors, each head's state made of `parts`.
 pub(crate) fn unpack_output(

@@ -6,8 +6,8 @@
 //! form, each saving its inputs and each a pass of its own in the backward; this is one
 //! node whose backward pass follows the decomposition (docs/math.md §5): the value-side
 //! state's gradient first, the parallel products, then the key moment's gradient, then
-//! the gradients of q and k. Each order with a node writes its backward pass in its
-//! `node` module; the composed form stays its test oracle.
+//! the gradients of q and k. Each order writes its backward pass in its `node` module;
+//! the composed form stays its test oracle.
 
 mod backward;
 mod ops;
@@ -18,7 +18,7 @@ pub(crate) use ops::HlaNodeOps;
 use burn::prelude::*;
 
 use super::HlaInput;
-use super::packing::{pack_state, unpack_output};
+use super::packing::{pack_output, pack_state, unpack_output};
 use crate::backend::bridge::Inner;
 use burn::backend::tensor::FloatTensor;
 
@@ -110,8 +110,7 @@ pub(crate) fn forward<B: Inner>(
     let [b, h, ..] = x.q.dims();
     let state = crate::hla::unpack_state(B::tensor(state), [b, h], &state_parts(&x, node));
     let out = (node.kernels.forward)(&x, state, node.chunk);
-    let o_len = out.o.shape().num_elements();
-    let packed = Tensor::cat(vec![out.o.reshape([o_len]), pack_state(out.state)], 0);
+    let packed = pack_output(out.o, out.state);
     let saved = match tracked {
         false => Vec::new(),
         true => {

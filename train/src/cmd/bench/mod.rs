@@ -66,10 +66,9 @@ pub struct Args {
     /// Also measure every training step and operator with the fused kernels off (their
     /// composed forms), and every HLA mixer's step and chunked operator as its node (one
     /// autodiff node of Burn's ops with a hand-written backward pass), in the same rounds:
-    /// the CPU kernels,
-    /// or on a GPU the chunked HLA's and the attention's. The fused rows run every kernel,
-    /// the GPU kernels too, which training leaves off (measured slower than the composed
-    /// forms on an H200).
+    /// the CPU kernels, or on a GPU the chunked HLA's and the attention's. The fused rows
+    /// run every kernel, the GPU kernels too, which training leaves off (measured slower
+    /// than the composed forms on an H200).
     #[arg(long)]
     composed: bool,
     /// Operators, matmul and sweep sections: batch, heads and head width of the operator
@@ -390,7 +389,7 @@ impl Route {
     }
 
     /// The form's name in the training steps' table.
-    fn form(self) -> &'static str {
+    pub(super) fn form(self) -> &'static str {
         match self {
             Self::Kernels => "fused",
             Self::Node => "node",

@@ -34,9 +34,9 @@ type Case = (Operator, usize, bool, Route);
 
 impl Bench {
     /// Every operator, pass and length (with `composed`, those with a fused kernel also
-    /// composed, and those with a node also as their node): one warm-up each, then rounds that run every case still short of its
-    /// repetitions, so that the machine's slow spells spread over all cases (and both ends
-    /// of a ratio) instead of landing on a few.
+    /// composed, and those with a node also as their node): one warm-up each, then rounds
+    /// that run every case still short of its repetitions, so that the machine's slow
+    /// spells spread over all cases (and both ends of a ratio) instead of landing on a few.
     pub(super) fn operators(
         &self,
         only: &[Operator],

@@ -8,7 +8,7 @@ use hla_model::bench::Operator;
 use super::decode::DecodeRow;
 use super::operators::OperatorRow;
 use super::steps::TrainRow;
-use super::{RECURRENT_BACKWARD_MAX, Report, SEGMENT_SWEEP_TIME, SWEEP_TIME, passes};
+use super::{RECURRENT_BACKWARD_MAX, Report, Route, SEGMENT_SWEEP_TIME, SWEEP_TIME, passes};
 use crate::run::plots::{self, Series, YScale};
 
 /// Median time against T, one line per operator and pass, log-log.
@@ -82,7 +82,7 @@ fn render_train(md: &mut String, report: &Report) {
             r.context,
             r.vocab,
             r.parameters,
-            r.form(),
+            r.route().form(),
             r.timing.median_s * 1e3,
             r.phases_s[0] * 1e3,
             r.phases_s[1] * 1e3,
@@ -93,24 +93,23 @@ fn render_train(md: &mut String, report: &Report) {
             r.launches.map_or("–".into(), |n| n.to_string())
         );
     }
-    for (form, title) in [("fused", "Fused kernels"), ("node", "Nodes")] {
-        render_over_composed(md, report, form, title);
+    for (route, title) in [(Route::Kernels, "Fused kernels"), (Route::Node, "Nodes")] {
+        render_over_composed(md, report, route, title);
     }
     let _ = writeln!(md);
 }
 
-/// Each training step of `form` over the same step composed, in tokens/s.
-fn render_over_composed(md: &mut String, report: &Report, form: &str, title: &str) {
+/// Each training step of `route` over the same step composed, in tokens/s.
+fn render_over_composed(md: &mut String, report: &Report, route: Route, title: &str) {
     let composed = |f: &TrainRow| {
-        report
-            .train
-            .iter()
-            .find(|c| c.form() == "composed" && c.workload == f.workload && c.mixer == f.mixer)
+        report.train.iter().find(|c| {
+            c.route() == Route::Composed && c.workload == f.workload && c.mixer == f.mixer
+        })
     };
     let pairs: Vec<_> = report
         .train
         .iter()
-        .filter(|r| r.form() == form)
+        .filter(|r| r.route() == route)
         .filter_map(|f| Some((f, composed(f)?)))
         .collect();
     if !pairs.is_empty() {

@@ -126,12 +126,12 @@ pub(super) struct TrainRow {
 }
 
 impl TrainRow {
-    /// Which form its step ran: `fused`, `node` or `composed`.
-    pub(super) fn form(&self) -> &'static str {
+    /// Which form its step ran.
+    pub(super) fn route(&self) -> Route {
         match (self.fused, self.node) {
-            (true, _) => "fused",
-            (false, true) => "node",
-            (false, false) => "composed",
+            (true, _) => Route::Kernels,
+            (false, true) => Route::Node,
+            (false, false) => Route::Composed,
         }
     }
 }
