@@ -115,8 +115,9 @@ fn positions_decide_how_far_eval_may_go() {
     assert!(within["loss"].as_f64().unwrap().is_finite());
 }
 
-/// `hla compare --by-position` evaluates every finished run and draws them on one chart;
-/// results.csv carries each run's recall split.
+/// `hla compare --by-position` evaluates every finished run and draws them on one chart,
+/// keeping each run's evaluation for a machine without its weights; results.csv carries
+/// each run's recall split.
 #[test]
 fn compare_draws_every_run_by_position() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,6 +160,37 @@ fn compare_draws_every_run_by_position() {
         runs[1]["by_position"].as_array().unwrap().len(),
         7,
         "{json}"
+    );
+    // Each run keeps its evaluation: read back once its weights are gone (as after a
+    // clone), skipped with a note once neither is here.
+    let linear = folder.join("runs/toy-linear");
+    let kept = linear.join("by-position-64-recurrent.json");
+    assert!(kept.exists(), "{}", kept.display());
+    std::fs::remove_file(linear.join("model.bpk")).unwrap();
+    let again = [
+        "compare",
+        "--experiment",
+        file.to_str().unwrap(),
+        "--no-train",
+        "--by-position",
+        "--context",
+        "64",
+    ];
+    let log = ok(d, &again);
+    assert!(log.contains("loss by position of 2 runs"), "{log}");
+    let reread: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("by-position-64.json")).unwrap())
+            .unwrap();
+    assert_eq!(reread["runs"][1], runs[1], "{reread}");
+    std::fs::remove_file(&kept).unwrap();
+    let output = hla(d, &again);
+    assert!(output.status.success());
+    let log = String::from_utf8_lossy(&output.stdout);
+    assert!(log.contains("loss by position of 1 runs"), "{log}");
+    let note = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        note.contains("not by position") && note.contains("toy-linear"),
+        "{note}"
     );
     let csv = std::fs::read_to_string(folder.join("results.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();

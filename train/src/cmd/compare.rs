@@ -22,7 +22,7 @@ use crate::run::identity::{Change, Changes};
 use crate::run::plots;
 use crate::run::report::{self, Row};
 use crate::run::run_dir::{RunDir, write_atomic};
-use crate::run::run_eval::{Options, by_position_chart, by_position_series, evaluate_run};
+use crate::run::run_eval::{Options, by_position_chart, by_position_series, kept_by_position};
 use crate::run::trainer::{Job, train};
 use crate::run::usage::UsageError;
 
@@ -53,7 +53,9 @@ pub struct Args {
     devices: Vec<String>,
     /// Then evaluate every finished run by position (as `hla eval --by-position`) and draw
     /// all of them on one chart, `loss-by-position-<context>.png` and `.svg`, with their
-    /// buckets in `by-position-<context>.json`, in the experiment's folder.
+    /// buckets in `by-position-<context>.json`, in the experiment's folder. Each run's
+    /// evaluation is kept in its folder (`by-position-<context>-<mode>.json`) and read
+    /// back where its weights are not (they are not committed).
     #[arg(long)]
     by_position: bool,
     /// With --by-position: tokens per window (default: each run's training context).
@@ -239,12 +241,16 @@ fn by_position(experiment: &Experiment, args: &Args) -> Result<()> {
         by_position: true,
     };
     let (mut series, mut buckets, mut contexts) = (Vec::new(), Vec::new(), BTreeSet::new());
+    let mut elsewhere = Vec::new();
     for planned in &experiment.runs {
         let run = RunDir::new(experiment.run_dir(&planned.name));
         if !run.metrics().exists() {
             continue;
         }
-        let (evaluation, context) = evaluate_run(&run, options, &device)?;
+        let Some((evaluation, context)) = kept_by_position(&run, options, &device)? else {
+            elsewhere.push(planned.name.as_str());
+            continue;
+        };
         series.push(by_position_series(&planned.name, &evaluation));
         buckets.push(serde_json::json!({
             "run": planned.name,
@@ -253,6 +259,13 @@ fn by_position(experiment: &Experiment, args: &Args) -> Result<()> {
             "by_position": evaluation.by_position,
         }));
         contexts.insert(context);
+    }
+    if !elsewhere.is_empty() {
+        eprintln!(
+            "not by position (no weights here, nor a stored evaluation at this context: \
+             trained on another machine?): {}",
+            elsewhere.join(", ")
+        );
     }
     let label = match (args.context, contexts.len()) {
         (Some(context), _) => context.to_string(),

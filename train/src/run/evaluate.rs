@@ -9,11 +9,11 @@ use hla_data::batch::{LmBatch, LmBatcher};
 use hla_data::mqar;
 use hla_data::windows::LmItem;
 use hla_model::lm::Lm;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::progress::Progress;
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Token by token with the constant state (a KV cache for softmax).
@@ -22,7 +22,7 @@ pub enum Mode {
     Chunked,
 }
 
-#[derive(Serialize, Debug, Clone)]
+#[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct Evaluation {
     pub mode: Mode,
     /// Mean cross-entropy per scored token (nats).
@@ -41,7 +41,7 @@ pub struct Evaluation {
 }
 
 /// The loss of a set of scored tokens.
-#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct Part {
     /// Mean cross-entropy (nats); 0 without tokens.
     pub loss: f64,
@@ -51,7 +51,7 @@ pub struct Part {
 /// Zoology's split of the loss (arXiv 2312.04927 §3): `hits` are the tokens that complete
 /// a bigram (input token, next token) that occurred earlier in the same window, the
 /// associative-recall tokens; `other` the rest.
-#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct Recall {
     pub hits: Part,
     pub other: Part,
@@ -59,7 +59,7 @@ pub struct Recall {
 
 /// The loss of the tokens at positions `first..=last` of their window (the first target
 /// of a window, predicted from one token, is at position 1).
-#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
 pub struct Bucket {
     pub first: usize,
     pub last: usize,

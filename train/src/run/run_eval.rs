@@ -3,8 +3,9 @@
 //! and the loss-by-position chart.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use burn::prelude::*;
 use hla_model::lm::Positions;
 
@@ -12,7 +13,7 @@ use super::config::RunConfig;
 use super::data::Data;
 use super::evaluate::{Evaluation, Mode, Report, evaluate};
 use super::plots::{self, Series, YScale};
-use super::run_dir::RunDir;
+use super::run_dir::{RunDir, write_atomic};
 use super::usage::usage;
 
 /// How a run is evaluated.
@@ -44,6 +45,49 @@ pub fn evaluate_run(
         evaluate(&lm, &items, report, options.mode, device, &label),
         context,
     ))
+}
+
+/// `run`'s evaluation by position as `hla compare --by-position` keeps it, with the window
+/// length: stored in the run's folder as `by-position-<context>-<mode>.json`, which is
+/// committed with the run's results where its weights are not, so that a study trained on
+/// several machines charts every run. The stored one is read back unless the weights here
+/// are newer; otherwise the run is evaluated and the result stored. `None`: this machine
+/// has neither the run's weights nor its stored evaluation.
+pub fn kept_by_position(
+    run: &RunDir,
+    options: Options,
+    device: &Device,
+) -> Result<Option<(Evaluation, usize)>> {
+    let config = run.load_config(&[])?;
+    let context = options.context.unwrap_or(config.train.context);
+    let mode = format!("{:?}", options.mode).to_lowercase();
+    let kept = run
+        .path()
+        .join(format!("by-position-{context}-{mode}.json"));
+    let modified = |path: &Path| -> Option<SystemTime> { path.metadata().ok()?.modified().ok() };
+    let model = run.model();
+    let current = match (modified(&kept), modified(&model)) {
+        (Some(stored), Some(weights)) => stored >= weights,
+        (stored, _) => stored.is_some(),
+    };
+    if current {
+        let text = std::fs::read_to_string(&kept)
+            .with_context(|| format!("cannot read {}", kept.display()))?;
+        let evaluation = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not an evaluation", kept.display()))?;
+        return Ok(Some((evaluation, context)));
+    }
+    if !model.exists() {
+        return Ok(None);
+    }
+    let options = Options {
+        context: Some(context),
+        by_position: true,
+        ..options
+    };
+    let (evaluation, context) = evaluate_run(run, options, device)?;
+    write_atomic(&kept, serde_json::to_string_pretty(&evaluation)?.as_bytes())?;
+    Ok(Some((evaluation, context)))
 }
 
 /// The window length of the evaluation, `context` when given: past the model's
