@@ -165,6 +165,14 @@ for device in "${present[@]}"; do
         --operator-shape 4,16,128 --time 2048 --operator hla3-chunked --out "$out/b4-h16-d128-hla3" ||
         echo "gpu-bench: $device third order stopped (exit $?)" >&2
 done
+# The cost model at the same shape, with this GPU's peaks, to read the times above against.
+gpu=h200
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && gpu=h100
+for device in "${present[@]}"; do
+    out="experiments/bench/gpu-$device"
+    timeout "$(limit 30)" "$hla" bench --device "$device" --only cost --gpu "$gpu" \
+        --out "$out/cost" || echo "gpu-bench: $device cost model stopped (exit $?)" >&2
+done
 if [ "${#present[@]}" = 0 ]; then
     echo "gpu-bench: no GPU device could run" >&2
     exit 1

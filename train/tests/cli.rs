@@ -208,7 +208,7 @@ fn mistakes_exit_with_clear_messages() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[data]\ncorpus = \"x\"\n[model]\nmixr = \"hla2\"\n").unwrap();
     let missing_run = dir.path().join("nothing");
-    let cases: [(&[&str], i32, &str); 5] = [
+    let cases: [(&[&str], i32, &str); 7] = [
         (
             &["info", "--config", bad.to_str().unwrap()],
             2,
@@ -216,6 +216,16 @@ fn mistakes_exit_with_clear_messages() {
         ),
         (&["verify", "--device", "tpu"], 2, "unknown device \"tpu\""),
         (&["bench", "--device", "tpu"], 2, "unknown device \"tpu\""),
+        (
+            &["bench", "--device", "flex", "--only", "cost"],
+            2,
+            "reads the GPU forms' launch plans on a CubeCL device",
+        ),
+        (
+            &["bench", "--only", "cost", "--cost-shape", "4,16,2048"],
+            2,
+            "not four positive integers B,H,T,D",
+        ),
         (
             &["train", "--config", "/no/such/file.toml"],
             2,

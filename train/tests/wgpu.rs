@@ -1,6 +1,6 @@
 //! `hla train --device wgpu`: a 20-step run of a tiny model on a corpus the test writes
 //! finishes, and its loss is finite and falls; `hla bench --device wgpu` measures and
-//! reports.
+//! reports, and models the cost of the GPU forms.
 #![cfg(feature = "wgpu")]
 
 use std::path::Path;
@@ -163,4 +163,66 @@ fn bench_counts_the_kernels_of_a_step_on_wgpu() {
         kernels < composed,
         "the kernels launched {kernels}, the composed form {composed}: {report}"
     );
+}
+
+/// `hla bench --only cost` gives a row of every GPU form of every mixer (no node for the
+/// softmax attention), read off the device's launch plans: the hand-written kernels launch
+/// fewer kernels than the composed form, and the roofline has a time for each.
+#[test]
+fn bench_models_the_cost_of_every_gpu_form() {
+    let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
+        "bench",
+        "--device",
+        "wgpu",
+        "--only",
+        "cost",
+        "--cost-shape",
+        "2,2,40,8",
+        "--chunk",
+        "16",
+        "--gpu",
+        "h100",
+        "--json",
+    ]));
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    let cost = &report["cost"];
+    assert_eq!(cost["gpu"], "H100 SXM", "{report}");
+    assert_eq!(
+        (cost["time"].as_u64(), cost["chunk"].as_u64()),
+        (Some(40), Some(16))
+    );
+    let rows = cost["rows"].as_array().expect("cost rows");
+    let forms: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["mixer"].as_str().unwrap(),
+                r["form"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let expected: Vec<String> = ["hla2", "hla3", "linear"]
+        .iter()
+        .flat_map(|m| ["kernels", "node", "composed"].map(|f| format!("{m} {f}")))
+        .chain(["softmax kernels".into(), "softmax composed".into()])
+        .collect();
+    assert_eq!(forms, expected, "{report}");
+    for r in rows {
+        for field in ["launches", "flops", "bytes", "roofline_ms"] {
+            assert!(r[field].as_f64().is_some_and(|x| x > 0.0), "{field}: {r}");
+        }
+    }
+    let launches = |mixer: &str, form: &str| {
+        rows.iter()
+            .find(|r| r["mixer"] == mixer && r["form"] == form)
+            .and_then(|r| r["launches"].as_u64())
+            .expect("every row")
+    };
+    for mixer in ["hla2", "hla3", "linear", "softmax"] {
+        assert!(
+            launches(mixer, "kernels") < launches(mixer, "composed"),
+            "{mixer}: {report}"
+        );
+    }
 }

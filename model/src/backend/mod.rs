@@ -21,6 +21,8 @@
 pub(crate) mod autodiff;
 #[cfg(any(cpu_kernels, gpu_kernels))]
 pub(crate) mod bridge;
+#[cfg(gpu_kernels)]
+pub mod cost;
 #[cfg(cpu_kernels)]
 pub(crate) mod gemm;
 #[cfg(gpu_kernels)]

@@ -65,6 +65,8 @@ pub(crate) use packing::{pack_state, unpack_state};
 pub use state::HlaState;
 #[cfg(cpu_kernels)]
 pub(crate) use state::cpu_kernels;
+#[cfg(gpu_kernels)]
+pub(crate) use state::gpu_kernels;
 pub(crate) use state::state_parts;
 
 use burn::prelude::*;

@@ -150,6 +150,12 @@ pub(crate) fn cpu_kernels(order: Order) -> crate::hla::cpu::HeadKernels {
     with_operator!(order, O => O::CPU)
 }
 
+/// The GPU kernels of `order` (for the cost model, which reads their workspace).
+#[cfg(gpu_kernels)]
+pub(crate) fn gpu_kernels(order: Order) -> crate::hla::gpu::GpuKernels {
+    with_operator!(order, O => O::GPU)
+}
+
 /// The constant-size state carried between tokens and between calls.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // one tensor handle apart; boxing would allocate per token

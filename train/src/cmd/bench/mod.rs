@@ -1,8 +1,9 @@
 //! `hla bench`: whole training steps of every mixer, operator time and memory against
 //! sequence length, decode latency against position, the chunked form's achieved GFLOP/s
 //! next to plain matmuls, and chunk-size and segment-size sweeps. Every figure is the median
-//! of several timed repetitions after a warm-up.
+//! of several timed repetitions after a warm-up. Asked for, the cost model of the GPU forms.
 
+mod cost;
 mod decode;
 mod launches;
 mod matmul;
@@ -25,6 +26,7 @@ use crate::alloc;
 use crate::run::devices;
 use crate::run::run_dir::write_atomic;
 use crate::run::usage::UsageError;
+use cost::{Cost, Gpu};
 use decode::DecodeRow;
 use matmul::MatmulRow;
 use operators::{EfficiencyRow, OperatorRow, efficiency};
@@ -94,6 +96,13 @@ pub struct Args {
     /// heads, batch 8 of 512) (default: all).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(steps::WORKLOAD_NAMES))]
     workload: Vec<String>,
+    /// Cost section: batch, heads, sequence length and head width, `B,H,T,D` (`d = dv`;
+    /// the default is flash-linear-attention's benchmark shape); the chunk is `--chunk`.
+    #[arg(long, value_name = "B,H,T,D", default_value = "4,16,2048,128", value_parser = parse_cost_shape)]
+    cost_shape: [usize; 4],
+    /// Cost section: the GPU whose peaks the roofline uses.
+    #[arg(long, value_enum, default_value = "h200")]
+    gpu: Gpu,
 }
 
 fn parse_mixer(name: &str) -> Result<MixerKind, String> {
@@ -117,6 +126,8 @@ enum Section {
     Matmul,
     /// Chunk-size and segment-size sweeps of the second-order chunked form.
     Sweep,
+    /// The cost model of the GPU forms (only when asked; on a wgpu or cuda device).
+    Cost,
 }
 
 /// The operator problem: batch, heads and head width (`d = dv`).
@@ -129,15 +140,24 @@ struct Problem {
 
 /// `B,H,D` of `--operator-shape`, each at least 1.
 fn parse_problem(text: &str) -> Result<Problem, String> {
+    let [batch, heads, d] = positive(text, "three", "B,H,D")?;
+    Ok(Problem { batch, heads, d })
+}
+
+/// `B,H,T,D` of `--cost-shape`, each at least 1.
+fn parse_cost_shape(text: &str) -> Result<[usize; 4], String> {
+    positive(text, "four", "B,H,T,D")
+}
+
+/// `N` comma-separated positive integers.
+fn positive<const N: usize>(text: &str, count: &str, names: &str) -> Result<[usize; N], String> {
+    let wrong = || format!("`{text}` is not {count} positive integers {names}");
     let sizes: Vec<usize> = text
         .split(',')
         .map(|n| n.trim().parse::<usize>().ok().filter(|&n| n > 0))
         .collect::<Option<_>>()
-        .ok_or_else(|| format!("`{text}` is not three positive integers B,H,D"))?;
-    match sizes[..] {
-        [batch, heads, d] => Ok(Problem { batch, heads, d }),
-        _ => Err(format!("`{text}` is not three positive integers B,H,D")),
-    }
+        .ok_or_else(wrong)?;
+    sizes.try_into().map_err(|_| wrong())
 }
 /// Decoding positions: KV caches this long, prefilled this many tokens at a time.
 const PREFILL_PIECE: usize = 1024;
@@ -197,6 +217,9 @@ struct Report {
     efficiency: Vec<EfficiencyRow>,
     chunk_sweep: Vec<SweepRow>,
     segment_sweep: Vec<SweepRow>,
+    /// Absent unless asked for (and in reports written before the section existed).
+    #[serde(default)]
+    cost: Option<Cost>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -257,9 +280,18 @@ fn measure(args: &Args) -> Result<Report> {
         &[64, 1024, 4096, 16384]
     };
 
-    let wanted = |s: Section| args.only.is_empty() || args.only.contains(&s);
+    let wanted =
+        |s: Section| args.only.contains(&s) || (args.only.is_empty() && s != Section::Cost);
     let longest = *times.iter().max().expect("at least one length");
     let square = if args.quick { 512 } else { 1024 };
+    // First: it needs a CubeCL device, which a mistaken call learns at once.
+    let cost = if wanted(Section::Cost) {
+        let [batch, heads, time, d] = args.cost_shape;
+        let problem = Problem { batch, heads, d };
+        Some(cost::cost(&device, &shape(problem, time, chunk), args.gpu)?)
+    } else {
+        None
+    };
     let train = run_if(wanted(Section::Train), || {
         bench.train_steps(&args.mixer, &args.workload, args.composed, args.quick)
     })?;
@@ -293,6 +325,7 @@ fn measure(args: &Args) -> Result<Report> {
         efficiency,
         chunk_sweep,
         segment_sweep,
+        cost,
     })
 }
 

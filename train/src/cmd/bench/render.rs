@@ -59,6 +59,9 @@ pub(super) fn render(report: &Report) -> String {
     render_decode(&mut md, report);
     render_efficiency(&mut md, report);
     render_sweep(&mut md, report);
+    if let Some(cost) = &report.cost {
+        super::cost::render(&mut md, cost);
+    }
     md
 }
 

@@ -2,6 +2,9 @@
 //! random inputs, their FLOP counts, and a language model decoding at a given position.
 //! Timing is the caller's.
 
+#[cfg(gpu_kernels)]
+pub mod cost;
+
 use burn::{prelude::*, tensor::Distribution};
 
 use crate::hla::{self, Form, HlaInput, Order, Output, fixed_log_gates, multi_scale_decay};

@@ -1,0 +1,177 @@
+//! The cost model's work of one operator's forward and backward pass on a GPU, for each
+//! form a GPU device can run it in: the hand-written kernels, the chunked HLA's node and
+//! the composed form. Read off what the form does on a CubeCL device
+//! ([`crate::backend::cost`]) at the problem's own shape: Burn's fusion and matmul plans
+//! change with the shape (one sequence of one head launches other kernels than six do),
+//! so no figure is scaled from a smaller problem.
+//!
+//! Fusion sees a hand-written kernel as one custom op: its inputs and outputs. What it does
+//! inside is the kernel's own plan, said here from the kernels' layout: each product is one
+//! unit per output value with two global loads per multiply-add (no shared memory, no
+//! register tile), so 4 bytes per FLOP; the HLA kernels write and read their workspace once
+//! per chunk; their products are the node's (the same chunk equations), the backward
+//! kernel's the node's forward and backward (it recomputes each chunk's forward from the
+//! saved start states); the attention's are the composed form's at causal cost (keys up to
+//! the query), the backward again recomputing the forward's.
+
+use burn::prelude::*;
+
+use super::{Operator, OperatorInputs, Shape5};
+use crate::backend::cost::{Block, blocks};
+use crate::backend::{Kernels, kernels, set_kernels};
+use crate::hla::Form;
+
+/// What runs a step of a form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// Burn's matmul (on CUDA with tensor cores: TF32 for f32).
+    Matmul,
+    /// Elementwise, reductions and copies (fused or alone): bound by memory.
+    Memory,
+    /// A hand-written kernel on the CUDA cores, with this many cubes (one per SM at most).
+    Kernel { cubes: usize },
+}
+
+/// One step of a form: launches of one engine and their work.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Step {
+    pub engine: Engine,
+    pub launches: usize,
+    pub flops: f64,
+    /// Global-memory traffic.
+    pub bytes: f64,
+}
+
+/// The steps of `op`'s forward and backward pass at `shape` with `route`'s kernels
+/// ([`Kernels::All`]: the hand-written GPU kernels; [`Kernels::Nodes`]: the node;
+/// [`Kernels::None`]: the composed form), read on `device`, a CubeCL device. `None` where
+/// the form does not exist (no node for softmax attention or the recurrence).
+pub fn form_cost(
+    op: Operator,
+    route: Kernels,
+    shape: &Shape5,
+    device: &Device,
+) -> Result<Option<Vec<Step>>, String> {
+    if op == Operator::Hla2Recurrent || (route == Kernels::Nodes && !op.has_node()) {
+        return Ok(None);
+    }
+    let observed = observe(op, route, shape, device, true)?;
+    let kernel_flops = match route {
+        Kernels::All => Some(KernelFlops::of(op, shape, device)?),
+        _ => None,
+    };
+    let steps = observed
+        .into_iter()
+        .filter(|b| b.launches > 0)
+        .map(|b| step(&b, op, shape, kernel_flops.as_ref()))
+        .collect();
+    Ok(Some(steps))
+}
+
+/// The blocks of one pass of `op` (forward and backward when `backward`) with `route`'s
+/// kernels at `shape`.
+fn observe(
+    op: Operator,
+    route: Kernels,
+    shape: &Shape5,
+    device: &Device,
+    backward: bool,
+) -> Result<Vec<Block>, String> {
+    let before = kernels();
+    set_kernels(route);
+    let device = if backward {
+        device.clone().autodiff()
+    } else {
+        device.clone()
+    };
+    let inputs = OperatorInputs::random(shape, &device);
+    let form = Form::Chunked(shape.chunk);
+    let ran = blocks(&device, || {
+        if backward {
+            drop(inputs.forward_backward(op, form));
+        } else {
+            drop(inputs.forward(op, form));
+        }
+        device.sync().map_err(|e| format!("{e:?}"))
+    });
+    set_kernels(before);
+    let (synced, blocks) = ran?;
+    synced?;
+    Ok(blocks)
+}
+
+/// The FLOPs of the hand-written forward and backward kernels of an operator.
+struct KernelFlops {
+    forward: f64,
+    backward: f64,
+}
+
+impl KernelFlops {
+    /// From the form whose products the kernels compute: the node's for the HLA orders,
+    /// the composed form's at causal cost for the attention.
+    fn of(op: Operator, shape: &Shape5, device: &Device) -> Result<Self, String> {
+        let (route, share) = if op.has_node() {
+            (Kernels::Nodes, 1.0)
+        } else {
+            (Kernels::None, 0.5)
+        };
+        let matmuls = |blocks: Vec<Block>| -> f64 {
+            share * blocks.iter().map(|b| b.matmul_flops).sum::<f64>()
+        };
+        let forward = matmuls(observe(op, route, shape, device, false)?);
+        let both = matmuls(observe(op, route, shape, device, true)?);
+        Ok(Self {
+            forward,
+            backward: both,
+        })
+    }
+}
+
+/// A block as a step.
+fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops>) -> Step {
+    let custom = block.custom.as_deref();
+    let (engine, flops, inside) = match (custom, kernel) {
+        (Some(id), Some(kernel)) => {
+            let flops = if id.ends_with("backward") {
+                kernel.backward
+            } else {
+                kernel.forward
+            };
+            let workspace = workspace_bytes(op, shape, !id.ends_with("backward"));
+            let cubes = cubes(op, shape);
+            (Engine::Kernel { cubes }, flops, 4.0 * flops + workspace)
+        }
+        _ if block.matmul_flops > 0.0 => {
+            (Engine::Matmul, block.matmul_flops + block.other_flops, 0.0)
+        }
+        _ => (Engine::Memory, block.other_flops, 0.0),
+    };
+    Step {
+        engine,
+        launches: block.launches,
+        flops,
+        bytes: block.bytes + inside,
+    }
+}
+
+/// Cubes of the hand-written kernels: one per sequence and head for the HLA's, one unit
+/// per query row in cubes of 256 for the attention's.
+fn cubes(op: Operator, shape: &Shape5) -> usize {
+    let sequences = shape.batch * shape.heads;
+    match op.chunked_order() {
+        Some(_) => sequences,
+        None => (sequences * shape.time).div_ceil(256),
+    }
+}
+
+/// Bytes the HLA kernels move through their workspace: written and read once per chunk,
+/// by every cube (none for the attention's, which has none).
+fn workspace_bytes(op: Operator, shape: &Shape5, forward: bool) -> f64 {
+    let Some(order) = op.chunked_order() else {
+        return 0.0;
+    };
+    let [f, b] = (crate::hla::gpu_kernels(order).workspace)(shape.chunk, shape.d, shape.dv);
+    let floats = if forward { f } else { b };
+    let chunks = shape.time.div_ceil(shape.chunk);
+    2.0 * 4.0 * (floats * chunks * shape.batch * shape.heads) as f64
+}

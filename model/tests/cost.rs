@@ -1,0 +1,161 @@
+//! The cost model (`hla_model::bench::cost`) against what the wgpu device runs (lavapipe in
+//! CI): its dry run launches the kernels a real pass launches, a pass moves at least its
+//! inputs, outputs and gradients, and the node's forward products are the chunk equations'
+//! count and the decayed scans'. The tests take turns: they switch the process-wide
+//! kernels.
+#![cfg(feature = "wgpu")]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::prelude::*;
+use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
+use hla_model::backend::cost::blocks;
+use hla_model::backend::{Kernels, set_kernels};
+use hla_model::bench::cost::form_cost;
+use hla_model::bench::{Operator, OperatorInputs, Shape5};
+use hla_model::hla::Form;
+
+/// Every operator with a GPU form.
+const OPERATORS: [Operator; 4] = [
+    Operator::Hla2Chunked,
+    Operator::Hla3Chunked,
+    Operator::LinearChunked,
+    Operator::Softmax,
+];
+
+/// The kernels, the node and the composed form.
+const ROUTES: [Kernels; 3] = [Kernels::All, Kernels::Nodes, Kernels::None];
+
+/// Small enough for lavapipe; T = 40 leaves a ragged last chunk.
+const SHAPE: Shape5 = Shape5 {
+    batch: 2,
+    heads: 3,
+    time: 40,
+    d: 8,
+    dv: 8,
+    chunk: 16,
+};
+
+fn gpu() -> Device {
+    Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)
+}
+
+static SWITCH: Mutex<()> = Mutex::new(());
+
+/// A test's turn at the process-wide kernels; the default comes back when it ends.
+struct Turn(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+fn turn() -> Turn {
+    Turn(SWITCH.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        set_kernels(Kernels::default());
+    }
+}
+
+struct Counter(AtomicUsize);
+
+impl LaunchObserver for Counter {
+    fn launched(&self, _kernel: &'static str) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One forward+backward pass of `op` on `inputs` with `route`'s kernels.
+fn pass(op: Operator, route: Kernels, inputs: &OperatorInputs, device: &Device) {
+    set_kernels(route);
+    drop(inputs.forward_backward(op, Form::Chunked(SHAPE.chunk)));
+    device.sync().expect("the device runs the pass");
+}
+
+/// Inputs at [`SHAPE`] on `device`, made before any pass is observed.
+fn inputs(device: &Device) -> OperatorInputs {
+    let inputs = OperatorInputs::random(&SHAPE, device);
+    device.sync().expect("the device makes the inputs");
+    inputs
+}
+
+/// Kernels a real pass launches once warm (the first pass also runs the autotuner's
+/// candidates).
+fn launched(op: Operator, route: Kernels) -> usize {
+    let device = gpu().autodiff();
+    let inputs = inputs(&device);
+    pass(op, route, &inputs, &device);
+    let counter = Arc::new(Counter(AtomicUsize::new(0)));
+    let observation = LaunchObservation::new(counter.clone());
+    pass(op, route, &inputs, &device);
+    drop(observation);
+    counter.0.load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_dry_run_launches_what_a_real_pass_launches() {
+    let _turn = turn();
+    for op in OPERATORS {
+        for route in ROUTES {
+            let Some(steps) = form_cost(op, route, &SHAPE, &gpu()).expect("the cost model") else {
+                continue;
+            };
+            let modelled: usize = steps.iter().map(|s| s.launches).sum();
+            let real = launched(op, route);
+            eprintln!("{op:?} {route:?}: {modelled} launches modelled, {real} real");
+            assert_eq!(modelled, real, "{op:?} with {route:?}");
+        }
+    }
+}
+
+#[test]
+fn a_pass_moves_at_least_its_inputs_outputs_and_gradients() {
+    let _turn = turn();
+    let floats = |d: usize| (SHAPE.batch * SHAPE.heads * SHAPE.time * d) as f64;
+    // q, k, v and o's gradient read; o, ∂q, ∂k, ∂v written: 4 bytes a float.
+    let io = 4.0 * 2.0 * (2.0 * floats(SHAPE.d) + 2.0 * floats(SHAPE.dv));
+    for op in OPERATORS {
+        for route in ROUTES {
+            let Some(steps) = form_cost(op, route, &SHAPE, &gpu()).expect("the cost model") else {
+                continue;
+            };
+            let bytes: f64 = steps.iter().map(|s| s.bytes).sum();
+            let flops: f64 = steps.iter().map(|s| s.flops).sum();
+            eprintln!("{op:?} {route:?}: {bytes} bytes, {flops} FLOPs; the pass's I/O {io}");
+            assert!(bytes >= io, "{op:?} with {route:?}: {bytes} < {io}");
+            assert!(flops > 0.0, "{op:?} with {route:?}");
+        }
+    }
+}
+
+/// Matmul FLOPs of the decayed scans of a forward pass at [`SHAPE`]: one per state part
+/// (`[rows, cols]`), each a product of the `[n + 1, n + 1]` decay mask with the initial
+/// state and the chunks' updates (n chunks, few enough for the scan's one-matmul path).
+fn scan_flops(parts: &[[usize; 2]]) -> f64 {
+    let n = SHAPE.time.div_ceil(SHAPE.chunk) as f64;
+    let per_head: usize = parts.iter().map(|[rows, cols]| rows * cols).sum();
+    2.0 * (n + 1.0) * (n + 1.0) * (per_head * SHAPE.batch * SHAPE.heads) as f64
+}
+
+#[test]
+fn the_nodes_forward_products_are_the_chunk_equations_and_the_scans() {
+    let _turn = turn();
+    let (d, dv) = (SHAPE.d, SHAPE.dv);
+    for (op, parts) in [
+        (Operator::Hla2Chunked, vec![[d, d], [d, dv]]),
+        (Operator::Hla3Chunked, vec![[d, d], [d, dv], [d, dv]]),
+        (Operator::LinearChunked, vec![[d, dv]]),
+    ] {
+        let device = gpu();
+        let inputs = inputs(&device);
+        set_kernels(Kernels::Nodes);
+        let (_, blocks) = blocks(&device, || {
+            drop(inputs.forward(op, Form::Chunked(SHAPE.chunk)));
+            device.sync().expect("the device runs the pass");
+        })
+        .expect("a dry run of the pass");
+        let matmuls: f64 = blocks.iter().map(|b| b.matmul_flops).sum();
+        let equations = op.chunked_flops(&SHAPE).expect("a chunked form") + scan_flops(&parts);
+        eprintln!("{op:?}: {matmuls} matmul FLOPs read, {equations} by the equations");
+        assert!((matmuls - equations).abs() <= 1e-9 * equations);
+    }
+}

@@ -1,0 +1,194 @@
+//! The cost model (`hla bench --only cost`): for each mixer's operator and each form a GPU
+//! device can run it in, what its forward+backward pass launches, computes and moves at a
+//! given shape, and the roofline time of that on a named GPU. The figures are read off the
+//! form's own launch plan on the device at hand (a dry run: kernels are compiled, not run;
+//! lavapipe will do), so the design can be judged without a GPU and measured times read
+//! against it where one is lent.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use burn::prelude::*;
+use hla_model::bench::Shape5;
+use serde::{Deserialize, Serialize};
+
+/// A GPU whose peak figures the roofline uses.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gpu {
+    /// NVIDIA H100 SXM5.
+    H100,
+    /// NVIDIA H200 SXM.
+    H200,
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+/// A GPU's peaks: streaming multiprocessors, FLOP/s on CUDA cores (FP32) and on tensor
+/// cores (TF32, dense), and memory bandwidth in bytes/s.
+struct Peaks {
+    sms: usize,
+    fp32: f64,
+    tf32: f64,
+    bandwidth: f64,
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl Gpu {
+    fn name(self) -> &'static str {
+        match self {
+            Self::H100 => "H100 SXM",
+            Self::H200 => "H200 SXM",
+        }
+    }
+
+    /// From NVIDIA's datasheets: the H100 Tensor Core GPU datasheet (SXM5: 132 SMs, FP32
+    /// 67 TFLOPS, TF32 tensor core 989 TFLOPS with sparsity, so 494.7 dense, HBM3
+    /// 3.35 TB/s) and the H200 datasheet (the same chip's compute, HBM3e 4.8 TB/s).
+    fn peaks(self) -> Peaks {
+        let bandwidth = match self {
+            Self::H100 => 3.35e12,
+            Self::H200 => 4.8e12,
+        };
+        Peaks {
+            sms: 132,
+            fp32: 66.9e12,
+            tf32: 494.7e12,
+            bandwidth,
+        }
+    }
+}
+
+/// One operator in one form, forward+backward.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct CostRow {
+    pub mixer: String,
+    /// `kernels` (the hand-written GPU kernels), `node` or `composed`.
+    pub form: String,
+    pub launches: usize,
+    pub flops: f64,
+    /// Global-memory traffic.
+    pub bytes: f64,
+    /// Σ over the steps of max(compute time, memory time) at the GPU's peaks.
+    pub roofline_ms: f64,
+}
+
+/// The cost model's section of a report.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Cost {
+    pub gpu: String,
+    pub batch: usize,
+    pub heads: usize,
+    pub time: usize,
+    pub d: usize,
+    pub chunk: usize,
+    pub rows: Vec<CostRow>,
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+use hla_model::{backend::Kernels, bench::Operator};
+
+/// The operators of the mixers with a chunked or kernel form, by mixer name.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+const MIXERS: [(Operator, &str); 4] = [
+    (Operator::Hla2Chunked, "hla2"),
+    (Operator::Hla3Chunked, "hla3"),
+    (Operator::LinearChunked, "linear"),
+    (Operator::Softmax, "softmax"),
+];
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+const FORMS: [(Kernels, &str); 3] = [
+    (Kernels::All, "kernels"),
+    (Kernels::Nodes, "node"),
+    (Kernels::None, "composed"),
+];
+
+/// The cost of every mixer's forms at `shape` on `gpu`, read on `device` (a CubeCL device).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu) -> Result<Cost> {
+    use anyhow::anyhow;
+    use hla_model::bench::cost::form_cost;
+
+    if !hla_model::backend::on_gpu(device) {
+        return Err(not_cubecl());
+    }
+    let mut rows = Vec::new();
+    for (op, mixer) in MIXERS {
+        for (route, form) in FORMS {
+            eprintln!("cost: {mixer} {form}");
+            let steps = form_cost(op, route, shape, device)
+                .map_err(|e| anyhow!("reading the {form} form of {mixer}: {e}"))?;
+            if let Some(steps) = steps {
+                rows.push(row(mixer, form, &steps, gpu.peaks()));
+            }
+        }
+    }
+    Ok(Cost {
+        gpu: gpu.name().into(),
+        batch: shape.batch,
+        heads: shape.heads,
+        time: shape.time,
+        d: shape.d,
+        chunk: shape.chunk,
+        rows,
+    })
+}
+
+/// No GPU device compiled in: the cost model has nothing to read.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+pub(super) fn cost(_device: &Device, _shape: &Shape5, _gpu: Gpu) -> Result<Cost> {
+    Err(not_cubecl())
+}
+
+fn not_cubecl() -> anyhow::Error {
+    crate::run::usage::usage(
+        "the cost model (--only cost) reads the GPU forms' launch plans on a CubeCL device: \
+         run it with --device wgpu (a software Vulkan device such as lavapipe will do) or \
+         --device cuda, in a build with the wgpu or cuda feature",
+    )
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn row(mixer: &str, form: &str, steps: &[hla_model::bench::cost::Step], peaks: Peaks) -> CostRow {
+    use hla_model::bench::cost::Engine;
+
+    let seconds = |s: &hla_model::bench::cost::Step| {
+        let compute = match s.engine {
+            Engine::Matmul => peaks.tf32,
+            Engine::Memory => peaks.fp32,
+            Engine::Kernel { cubes } => peaks.fp32 * (cubes as f64 / peaks.sms as f64).min(1.0),
+        };
+        (s.flops / compute).max(s.bytes / peaks.bandwidth)
+    };
+    CostRow {
+        mixer: mixer.into(),
+        form: form.into(),
+        launches: steps.iter().map(|s| s.launches).sum(),
+        flops: steps.iter().map(|s| s.flops).sum(),
+        bytes: steps.iter().map(|s| s.bytes).sum(),
+        roofline_ms: steps.iter().map(seconds).sum::<f64>() * 1e3,
+    }
+}
+
+/// The cost model's table.
+pub(super) fn render(md: &mut String, cost: &Cost) {
+    let _ = writeln!(
+        md,
+        "## Cost model: forward+backward on an {} (B{} H{} T{} d{}, chunk {}, f32)\n\n\
+         | mixer | form | launches | GFLOP | GB moved | roofline ms |\n\
+         |---|---|---:|---:|---:|---:|",
+        cost.gpu, cost.batch, cost.heads, cost.time, cost.d, cost.chunk
+    );
+    for r in &cost.rows {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.1} | {:.2} | {:.2} |",
+            r.mixer,
+            r.form,
+            r.launches,
+            r.flops / 1e9,
+            r.bytes / 1e9,
+            r.roofline_ms
+        );
+    }
+    let _ = writeln!(md);
+}
