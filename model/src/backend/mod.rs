@@ -59,8 +59,9 @@ pub enum Kernels {
     /// The CPU kernels on CPU devices, the GPU kernels on GPU devices.
     All,
     /// Every op with a node (the chunked HLA of every order, `crate::hla::node`) runs
-    /// it, on every device: to measure the nodes against the composed forms and the
-    /// kernels. Other ops as with [`Kernels::Cpu`].
+    /// it, on every device (on a CubeCL device, its scans over the chunks as one kernel
+    /// each): to measure the nodes against the composed forms and the kernels. Other ops
+    /// as with [`Kernels::Cpu`].
     Nodes,
 }
 
@@ -96,6 +97,16 @@ pub(crate) fn takes_node<const D: usize>(x: &Tensor<D>) -> bool {
 #[cfg(gpu_kernels)]
 pub(crate) fn takes_gpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
     kernels() == Kernels::All && x.dtype() == DType::F32 && on_gpu(&x.device())
+}
+
+/// Whether an untracked step on `x` inside a pass (the node's scans) takes its GPU kernel:
+/// f32 on a CubeCL device that no gradient tracks, with the GPU kernels or the nodes on.
+#[cfg(gpu_kernels)]
+pub(crate) fn takes_gpu_step<const D: usize>(x: &Tensor<D>) -> bool {
+    matches!(kernels(), Kernels::All | Kernels::Nodes)
+        && x.dtype() == DType::F32
+        && !x.is_tracked()
+        && on_gpu(&x.device())
 }
 
 /// Whether Burn runs `device`'s f32 matmuls on TF32 tensor cores: its CubeCL matmul

@@ -226,18 +226,24 @@ pub(crate) fn matmul(
     sync_storage();
 }
 
-/// Where the gates of sequence-and-head `seq` start in `log_g [gb, gh, time]` (gates
-/// shared by the batch or the heads when `gb` or `gh` is 1).
+/// Where the gates of sequence-and-head `seq` start in `log_g [gb, gh, time]`.
 #[cube]
 pub(crate) fn gates_of(seq: usize, n: &Dims) -> usize {
+    gate_row(seq, n.heads, n.gb, n.gh) * n.time
+}
+
+/// The row of sequence-and-head `seq` (of `heads` heads) in gates `[gb, gh, ..]`, which
+/// the batch or the heads share when `gb` or `gh` is 1.
+#[cube]
+pub(crate) fn gate_row(seq: usize, heads: usize, gb: usize, gh: usize) -> usize {
     let mut row = 0;
-    if n.gb > 1 {
-        row = (seq / n.heads) * n.gh;
+    if gb > 1 {
+        row = (seq / heads) * gh;
     }
-    if n.gh > 1 {
-        row += seq % n.heads;
+    if gh > 1 {
+        row += seq % heads;
     }
-    row * n.time
+    row
 }
 
 /// The tokens of chunk `n` of `chunk` in a sequence of `time`.

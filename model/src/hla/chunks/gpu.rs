@@ -1,0 +1,127 @@
+//! The scan over the chunks ([`super::Chunks::scan`], [`super::Chunks::scan_back`]) as one
+//! CubeCL kernel: one unit per state value walks the chunks in order (or back from the
+//! last), reading every chunk's update once and writing every state once. The composed
+//! scan builds the decay mask and multiplies by it: `2 (n + 1)²` FLOPs per state value
+//! over `n` chunks, a dozen launches, and a copy of the updates with the initial state in
+//! front. This one runs where no gradient is tracked (the node's passes, evaluation), so
+//! it has no backward pass of its own: the node's backward pass runs it back.
+
+use burn::backend::TensorMetadata;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, backend_extension};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::cubecl;
+use burn_cubecl::kernel::into_contiguous;
+use cubecl::prelude::*;
+
+use crate::backend::gpu::{cubes, empty, units};
+use crate::hla::gpu::blocks::gate_row;
+
+/// How a scan runs: its sequences' heads, the gates' `[gb, gh]`, whether it decays and
+/// which way it walks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Scan {
+    pub(crate) heads: usize,
+    pub(crate) gates: [usize; 2],
+    pub(crate) decayed: bool,
+    pub(crate) reverse: bool,
+}
+
+/// The scan kernel on a CubeCL device (every GPU device runs it through fusion, as one
+/// custom op).
+#[backend_extension(Cube, Fusion)]
+pub(crate) trait ScanKernels: Backend {
+    /// `X_{m+1} = ρ_m X_m + Δ_m` from `start [seqs, cols]` over `deltas [seqs, chunks,
+    /// cols]` and `log ρ [gb, gh, chunks]` (read only when `scan.decayed`; seqs are
+    /// batch × heads). Forward: the state every chunk starts from and the state after
+    /// the last one. With `scan.reverse` the chunks run from the last: the state after
+    /// every chunk and the state before the first. Returns `(states [seqs, chunks, cols],
+    /// end [seqs, cols])`.
+    #[fusion(meta = |start, deltas, _log_rho, _scan| (deltas.clone(), start.clone()))]
+    fn chunk_scan(
+        start: FloatTensor<Self>,
+        deltas: FloatTensor<Self>,
+        log_rho: FloatTensor<Self>,
+        scan: Scan,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+impl ScanKernels for CubeBackend {
+    fn chunk_scan(
+        start: FloatTensor<Self>,
+        deltas: FloatTensor<Self>,
+        log_rho: FloatTensor<Self>,
+        scan: Scan,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [start, deltas, log_rho] = [start, deltas, log_rho].map(into_contiguous);
+        let [seqs, chunks, cols] = deltas.shape().dims::<3>();
+        let (states, end) = (
+            empty(&deltas, [seqs, chunks, cols]),
+            empty(&deltas, [seqs, cols]),
+        );
+        let dim = CubeDim::new_1d(units(&deltas));
+        let count = cubes(&deltas, (seqs * cols).div_ceil(dim.num_elems() as usize));
+        let [gb, gh] = scan.gates;
+        scan_kernel::launch(
+            &deltas.client.clone(),
+            count,
+            dim,
+            start.into_tensor_arg(),
+            deltas.into_tensor_arg(),
+            log_rho.into_tensor_arg(),
+            states.clone().into_tensor_arg(),
+            end.clone().into_tensor_arg(),
+            chunks,
+            cols,
+            scan.heads,
+            gb,
+            gh,
+            scan.decayed,
+            scan.reverse,
+        );
+        (states, end)
+    }
+}
+
+/// [`ScanKernels::chunk_scan`], one unit per `(sequence, column)`: consecutive units
+/// read consecutive columns, so every chunk's read and write is coalesced.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn scan_kernel(
+    start: &Tensor<f32>,
+    deltas: &Tensor<f32>,
+    log_rho: &Tensor<f32>,
+    states: &mut Tensor<f32>,
+    end: &mut Tensor<f32>,
+    chunks: usize,
+    cols: usize,
+    heads: usize,
+    gb: usize,
+    gh: usize,
+    #[comptime] decayed: bool,
+    #[comptime] reverse: bool,
+) {
+    let at = ABSOLUTE_POS;
+    // A grid spread over its axes may hold a few more units than values.
+    if at >= end.len() {
+        terminate!();
+    }
+    let seq = at / cols;
+    let col = at % cols;
+    let gate = gate_row(seq, heads, gb, gh) * chunks;
+    let mut x = start[at];
+    for i in 0..chunks {
+        let mut m = i;
+        if reverse {
+            m = chunks - 1 - i;
+        }
+        let idx = (seq * chunks + m) * cols + col;
+        states[idx] = x;
+        let mut rho = 1.0f32;
+        if decayed {
+            rho = log_rho[gate + m].exp();
+        }
+        x = rho * x + deltas[idx];
+    }
+    end[at] = x;
+}
