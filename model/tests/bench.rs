@@ -60,6 +60,8 @@ fn flops_follow_the_chunk_formulas() {
     assert_eq!(Operator::LinearChunked.chunked_flops(&one), Some(24.0));
     // 2·C²·(3d + 2dv) + 4·C·d·(d + 2dv) = 40 + 24.
     assert_eq!(Operator::Hla3Chunked.chunked_flops(&one), Some(64.0));
+    // 2·C²·(d + 2dv) + 8·C·d·dv = 24 + 16.
+    assert_eq!(Operator::AhlaChunked.chunked_flops(&one), Some(40.0));
     // A ragged last chunk is padded, and counts whole; batch and heads multiply.
     let ragged = Shape5 {
         batch: 2,

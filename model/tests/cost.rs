@@ -17,10 +17,11 @@ use hla_model::bench::{Operator, OperatorInputs, Shape5};
 use hla_model::hla::Form;
 
 /// Every operator with a GPU form.
-const OPERATORS: [Operator; 4] = [
+const OPERATORS: [Operator; 5] = [
     Operator::Hla2Chunked,
     Operator::Hla3Chunked,
     Operator::LinearChunked,
+    Operator::AhlaChunked,
     Operator::Softmax,
 ];
 
@@ -137,6 +138,7 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
         (Operator::Hla2Chunked, 2),
         (Operator::Hla3Chunked, 3),
         (Operator::LinearChunked, 1),
+        (Operator::AhlaChunked, 2),
     ] {
         let device = gpu();
         let inputs = inputs(&device);

@@ -202,7 +202,7 @@ fn bench_models_the_cost_of_every_gpu_form() {
             )
         })
         .collect();
-    let expected: Vec<String> = ["hla2", "hla3", "linear"]
+    let expected: Vec<String> = ["hla2", "hla3", "linear", "ahla"]
         .iter()
         .flat_map(|m| ["kernels", "node", "composed"].map(|f| format!("{m} {f}")))
         .chain(["softmax kernels".into(), "softmax composed".into()])

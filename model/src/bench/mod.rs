@@ -22,6 +22,8 @@ pub enum Operator {
     Hla2Recurrent,
     /// First-order linear attention, chunk-parallel.
     LinearChunked,
+    /// Asymmetric HLA (AHLA), chunk-parallel.
+    AhlaChunked,
     /// Causal softmax attention (the softmax mixer's: CPU kernels on CPU devices).
     Softmax,
 }
@@ -31,15 +33,17 @@ crate::config_names!(Operator {
     Hla3Chunked => "hla3-chunked",
     Hla2Recurrent => "hla2-recurrent",
     LinearChunked => "linear-chunked",
+    AhlaChunked => "ahla-chunked",
     Softmax => "softmax",
 });
 
 impl Operator {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Hla2Chunked,
         Self::Hla3Chunked,
         Self::Hla2Recurrent,
         Self::LinearChunked,
+        Self::AhlaChunked,
         Self::Softmax,
     ];
 
@@ -62,6 +66,7 @@ impl Operator {
             Self::Hla2Chunked => Some(Order::Second),
             Self::Hla3Chunked => Some(Order::Third),
             Self::LinearChunked => Some(Order::First),
+            Self::AhlaChunked => Some(Order::Asymmetric),
             Self::Hla2Recurrent | Self::Softmax => None,
         }
     }
@@ -87,6 +92,8 @@ impl Operator {
             Self::Hla2Chunked => 2.0 * c * c * (3.0 * d + dv) + 4.0 * c * d * (d + dv),
             // QKᵀ, W K, W V, Q Aᵀ, (·)B; Q Sᵀ, Kᵀ K; Q P, Kᵀ V, Q Y, Aᵀ B.
             Self::Hla3Chunked => 2.0 * c * c * (3.0 * d + 2.0 * dv) + 4.0 * c * d * (d + 2.0 * dv),
+            // QKᵀ, A^γ V, A^γ B; Q P, Q E, Kᵀ V, Kᵀ B.
+            Self::AhlaChunked => 2.0 * c * c * (d + 2.0 * dv) + 8.0 * c * d * dv,
             Self::Hla2Recurrent | Self::Softmax => return None,
         };
         let chunks = time.div_ceil(chunk) as f64;

@@ -88,10 +88,11 @@ use hla_model::{backend::Kernels, bench::Operator};
 
 /// The operators of the mixers with a chunked or kernel form, by mixer name.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-const MIXERS: [(Operator, &str); 4] = [
+const MIXERS: [(Operator, &str); 5] = [
     (Operator::Hla2Chunked, "hla2"),
     (Operator::Hla3Chunked, "hla3"),
     (Operator::LinearChunked, "linear"),
+    (Operator::AhlaChunked, "ahla"),
     (Operator::Softmax, "softmax"),
 ];
 
