@@ -14,30 +14,23 @@ pub(super) fn scan(
     deltas: Tensor<5>,
     log_rho: Option<Tensor<5>>,
 ) -> (Tensor<5>, Tensor<4>) {
-    let [b, h, n, rows, cols] = deltas.dims();
-    let initial = initial.reshape([b, h, rows * cols]);
-    let deltas = deltas.reshape([b, h, n, rows * cols]);
-    let log_rho = log_rho.map(|r| flat_log_rho(r, n));
-    #[cfg(gpu_kernels)]
-    if let Some((starts, last)) = on_gpu(&initial, &deltas, log_rho.as_ref(), false) {
-        return (
-            starts.reshape([b, h, n, rows, cols]),
-            last.reshape([b, h, rows, cols]),
-        );
-    }
-    let (starts, last) = match log_rho {
-        None => {
-            // X_n = X_0 + Σ_{m<n} Δ_m; slicing a shifted cumsum would cost a full-size
-            // gradient buffer per slice.
-            let last = initial.clone() + deltas.clone().sum_dim(2).squeeze_dim(2);
-            let starts = deltas.clone().cumsum(2) - deltas + initial.unsqueeze_dim(2);
-            (starts, last)
-        }
-        Some(log_rho) => decayed_scan(initial, deltas, log_rho),
-    };
-    (
-        starts.reshape([b, h, n, rows, cols]),
-        last.reshape([b, h, rows, cols]),
+    along_chunks(
+        initial,
+        deltas,
+        log_rho,
+        false,
+        |initial, deltas, log_rho| {
+            match log_rho {
+                None => {
+                    // X_n = X_0 + Σ_{m<n} Δ_m; slicing a shifted cumsum would cost a full-size
+                    // gradient buffer per slice.
+                    let last = initial.clone() + deltas.clone().sum_dim(2).squeeze_dim(2);
+                    let starts = deltas.clone().cumsum(2) - deltas + initial.unsqueeze_dim(2);
+                    (starts, last)
+                }
+                Some(log_rho) => decayed_scan(initial, deltas, log_rho),
+            }
+        },
     )
 }
 
@@ -50,45 +43,59 @@ pub(super) fn scan_back(
     deltas: Tensor<5>,
     log_rho: Option<Tensor<5>>,
 ) -> (Tensor<5>, Tensor<4>) {
-    let [b, h, n, rows, cols] = deltas.dims();
-    let last = last.reshape([b, h, rows * cols]);
-    let deltas = deltas.reshape([b, h, n, rows * cols]);
-    let log_rho = log_rho.map(|r| flat_log_rho(r, n));
-    #[cfg(gpu_kernels)]
-    if let Some((after, first)) = on_gpu(&last, &deltas, log_rho.as_ref(), true) {
-        return (
-            after.reshape([b, h, n, rows, cols]),
-            first.reshape([b, h, rows, cols]),
-        );
-    }
-    let (after, first) = match log_rho {
-        None => {
-            // ∂X_{n+1} = ∂X_N + Σ_{m>n} δ_m.
-            let total = deltas.clone().sum_dim(2);
-            let first = last.clone() + total.clone().squeeze_dim(2);
-            (total - deltas.cumsum(2) + last.unsqueeze_dim(2), first)
+    along_chunks(last, deltas, log_rho, true, |last, deltas, log_rho| {
+        let n = deltas.dims()[2];
+        match log_rho {
+            None => {
+                // ∂X_{n+1} = ∂X_N + Σ_{m>n} δ_m.
+                let total = deltas.clone().sum_dim(2);
+                let first = last.clone() + total.clone().squeeze_dim(2);
+                (total - deltas.cumsum(2) + last.unsqueeze_dim(2), first)
+            }
+            Some(log_rho) if n <= 2 * SCAN_BLOCK => {
+                let mask = scan_mask(log_rho).transpose();
+                let y = Tensor::cat(vec![deltas, last.unsqueeze_dim(2)], 2);
+                let after = mask.clone().narrow(2, 1, n).matmul(y.clone());
+                (after, mask.narrow(2, 0, 1).matmul(y).squeeze_dim(2))
+            }
+            Some(log_rho) => {
+                let (after, first) = decayed_scan(last, deltas.flip([2]), log_rho.flip([2]));
+                (after.flip([2]), first)
+            }
         }
-        Some(log_rho) if n <= 2 * SCAN_BLOCK => {
-            let mask = scan_mask(log_rho).transpose();
-            let y = Tensor::cat(vec![deltas, last.unsqueeze_dim(2)], 2);
-            let after = mask.clone().narrow(2, 1, n).matmul(y.clone());
-            (after, mask.narrow(2, 0, 1).matmul(y).squeeze_dim(2))
-        }
-        Some(log_rho) => {
-            let (after, first) = decayed_scan(last, deltas.flip([2]), log_rho.flip([2]));
-            (after.flip([2]), first)
-        }
-    };
-    (
-        after.reshape([b, h, n, rows, cols]),
-        first.reshape([b, h, rows, cols]),
-    )
+    })
 }
 
-/// The chunks' log decay `[gb, gh, n, 1, 1]` as `[gb, gh, n, 1]`.
-fn flat_log_rho(log_rho: Tensor<5>, n: usize) -> Tensor<4> {
-    let [gb, gh, ..] = log_rho.dims();
-    log_rho.reshape([gb, gh, n, 1])
+/// What both scans share: a state `x [b, h, rows, cols]` and `deltas [b, h, n, rows, cols]`
+/// flattened to `[b, h, rows·cols]` and `[b, h, n, rows·cols]`, `log ρ` to `[gb, gh, n, 1]`,
+/// scanned by the GPU kernel where it applies ([`on_gpu`], back when `reverse`) and by
+/// `composed` elsewhere, and the results laid out as states again.
+fn along_chunks(
+    x: Tensor<4>,
+    deltas: Tensor<5>,
+    log_rho: Option<Tensor<5>>,
+    reverse: bool,
+    composed: impl FnOnce(Tensor<3>, Tensor<4>, Option<Tensor<4>>) -> (Tensor<4>, Tensor<3>),
+) -> (Tensor<5>, Tensor<4>) {
+    let [b, h, n, rows, cols] = deltas.dims();
+    let x = x.reshape([b, h, rows * cols]);
+    let deltas = deltas.reshape([b, h, n, rows * cols]);
+    let log_rho = log_rho.map(|r| {
+        let [gb, gh, ..] = r.dims();
+        r.reshape([gb, gh, n, 1])
+    });
+    #[cfg(gpu_kernels)]
+    let kernel = on_gpu(&x, &deltas, log_rho.as_ref(), reverse);
+    #[cfg(not(gpu_kernels))]
+    let kernel = {
+        let _ = reverse;
+        None
+    };
+    let (states, end) = kernel.unwrap_or_else(|| composed(x, deltas, log_rho));
+    (
+        states.reshape([b, h, n, rows, cols]),
+        end.reshape([b, h, rows, cols]),
+    )
 }
 
 /// The scan of `x [b, h, cols]` over `deltas [b, h, n, cols]` with `log ρ [gb, gh, n, 1]`
