@@ -92,8 +92,9 @@ pub struct Args {
     mixer: Vec<MixerKind>,
     /// Train section: only these workloads, `nanogpt` (batch 12 of 64 tokens, vocabulary
     /// 65), `long` (one sequence of 2048), `gpt2-small` (GPT-2's vocabulary and recipe,
-    /// width 256, 4 layers, batch 16 of 256) or `wide` (the same at width 512, 8 layers, 8
-    /// heads, batch 8 of 512) (default: all).
+    /// width 256, 4 layers, batch 16 of 256), `wide` (the same at width 512, 8 layers, 8
+    /// heads, batch 8 of 512) or `gutenberg` (the Gutenberg study's model: vocabulary 8192,
+    /// width 256, 4 layers, batch 8 of 512, and its two hybrids) (default: all).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(steps::WORKLOAD_NAMES))]
     workload: Vec<String>,
     /// Cost section: batch, heads, sequence length and head width, `B,H,T,D` (`d = dv`;

@@ -70,9 +70,10 @@ pub(super) fn render(report: &Report) -> String {
 }
 
 /// Whether the report holds a timed section (any but the cost model).
+/// Whether a section timed on the operator problem ran (the train section states each
+/// workload's shape in its rows).
 fn timed(report: &Report) -> bool {
-    !(report.train.is_empty()
-        && report.operators.is_empty()
+    !(report.operators.is_empty()
         && report.decode.is_empty()
         && report.matmul.is_empty()
         && report.efficiency.is_empty()
@@ -356,23 +357,30 @@ pub(super) fn mib(bytes: Option<usize>) -> String {
 mod tests {
     use super::*;
 
-    /// A report of B1 H4 d64 in chunks of 64 whose one section is `matmul`.
-    fn report(matmul: &str) -> Report {
+    /// A report of B1 H4 d64 in chunks of 64 whose sections are `train` and `matmul`.
+    fn report(train: &str, matmul: &str) -> Report {
         let json = format!(
             r#"{{"device": "wgpu", "quick": false, "chunk": 64, "segment": 0, "batch": 1,
-            "heads": 4, "d": 64, "dv": 64, "operators": [], "decode": [], "matmul": {matmul},
-            "efficiency": [], "chunk_sweep": [], "segment_sweep": []}}"#
+            "heads": 4, "d": 64, "dv": 64, "train": {train}, "operators": [], "decode": [],
+            "matmul": {matmul}, "efficiency": [], "chunk_sweep": [], "segment_sweep": []}}"#
         );
         serde_json::from_str(&json).expect("a report")
     }
 
-    /// The header names the timed sections' problem only where a timed section ran: the
-    /// cost model states its own shape.
+    /// The header names the operator problem only where a section timed on it ran: the
+    /// cost model and the train section state their own shapes.
     #[test]
     fn the_header_names_the_problem_of_the_timed_sections_only() {
-        assert!(render(&report("[]")).starts_with("# hla bench on wgpu\n"));
+        assert!(render(&report("[]", "[]")).starts_with("# hla bench on wgpu\n"));
+        let train = r#"[{"workload": "nanogpt", "mixer": "hla2", "batch": 12, "context": 64,
+            "parameters": 1, "fused": true, "steps_per_s": 1.0, "tokens_per_s": 768.0,
+            "phases_s": [0.5, 0.4, 0.1],
+            "timing": {"median_s": 1.0, "min_s": 1.0, "reps": 3, "peak_bytes": null}}]"#;
+        let trained = render(&report(train, "[]"));
+        assert!(trained.starts_with("# hla bench on wgpu\n"), "{trained}");
+        assert!(trained.contains("| nanogpt | hla2 | 12×64 |"), "{trained}");
         let matmul = r#"[{"name": "square 64×64×64", "gflop": 0.0005, "gflops": 0.5}]"#;
-        let timed = render(&report(matmul));
+        let timed = render(&report("[]", matmul));
         assert!(
             timed.starts_with("# hla bench on wgpu (B=1, H=4, d=dv=64, chunk 64"),
             "{timed}"

@@ -29,18 +29,22 @@ pub(super) struct Workload {
     pub(super) vocab: usize,
     /// The model of every mixer (the mixer and the vocabulary are set per case).
     model: fn() -> LmConfig,
+    /// Hybrid stacks measured beside the plain mixers when no mixer is picked.
+    hybrids: &'static [[MixerKind; 4]],
 }
 
 /// nanoGPT's CPU configuration (`configs/shakespeare-char-*.toml`), one sequence of 2048
-/// tokens, and two at a GPT-2 vocabulary in GPT-2's recipe (learned positions, LayerNorm,
-/// GELU MLP): `configs/sotu-gpt2-hla2.toml`'s shape and a wider, deeper, longer one.
-pub(super) const WORKLOADS: [Workload; 4] = [
+/// tokens, two at a GPT-2 vocabulary in GPT-2's recipe (learned positions, LayerNorm,
+/// GELU MLP): `configs/sotu-gpt2-hla2.toml`'s shape and a wider, deeper, longer one, and
+/// the Gutenberg study's (`configs/gutenberg-bpe-hla2.toml`) with its two hybrids.
+pub(super) const WORKLOADS: [Workload; 5] = [
     Workload {
         name: "nanogpt",
         batch: 12,
         context: 64,
         vocab: CHARS,
         model: LmConfig::default,
+        hybrids: &[],
     },
     Workload {
         name: "long",
@@ -48,6 +52,7 @@ pub(super) const WORKLOADS: [Workload; 4] = [
         context: 2048,
         vocab: CHARS,
         model: LmConfig::default,
+        hybrids: &[],
     },
     Workload {
         name: "gpt2-small",
@@ -55,6 +60,7 @@ pub(super) const WORKLOADS: [Workload; 4] = [
         context: 256,
         vocab: GPT2_VOCAB,
         model: || gpt2_recipe(256, 4, 4, 256),
+        hybrids: &[],
     },
     Workload {
         name: "wide",
@@ -62,11 +68,63 @@ pub(super) const WORKLOADS: [Workload; 4] = [
         context: 512,
         vocab: GPT2_VOCAB,
         model: || gpt2_recipe(512, 8, 8, 512),
+        hybrids: &[],
+    },
+    Workload {
+        name: "gutenberg",
+        batch: 8,
+        context: 512,
+        vocab: 8192,
+        model: || LmConfig {
+            d_model: 256,
+            n_layers: 4,
+            n_heads: 4,
+            ..LmConfig::default()
+        },
+        hybrids: &[
+            [
+                MixerKind::Hla2,
+                MixerKind::Hla2,
+                MixerKind::Softmax,
+                MixerKind::Hla2,
+            ],
+            [
+                MixerKind::Hla2,
+                MixerKind::Hla2,
+                MixerKind::Hla2,
+                MixerKind::Softmax,
+            ],
+        ],
     },
 ];
 
+impl Workload {
+    /// The models of `mixers` (empty: every mixer, then the hybrids) at this workload.
+    fn models(&self, mixers: &[MixerKind]) -> Vec<LmConfig> {
+        let base = LmConfig {
+            vocab_size: self.vocab,
+            ..(self.model)()
+        };
+        let all: Vec<MixerKind> = MixerKind::NAMES
+            .iter()
+            .map(|name| name.parse().expect("a mixer's own name"))
+            .collect();
+        let plain = if mixers.is_empty() { &all } else { mixers };
+        let hybrids = if mixers.is_empty() { self.hybrids } else { &[] };
+        let plain = plain.iter().map(|&mixer| LmConfig {
+            mixer,
+            ..base.clone()
+        });
+        let hybrids = hybrids.iter().map(|layers| LmConfig {
+            layers: Some(layers.to_vec()),
+            ..base.clone()
+        });
+        plain.chain(hybrids).collect()
+    }
+}
+
 /// The workloads' names, as `--workload` takes them.
-pub(super) const WORKLOAD_NAMES: [&str; 4] = ["nanogpt", "long", "gpt2-small", "wide"];
+pub(super) const WORKLOAD_NAMES: [&str; 5] = ["nanogpt", "long", "gpt2-small", "wide", "gutenberg"];
 
 /// Tiny-shakespeare's characters.
 const CHARS: usize = 65;
@@ -139,7 +197,8 @@ impl TrainRow {
 /// One model training on one batch, with the kernels of `route`.
 struct Case {
     workload: &'static Workload,
-    mixer: MixerKind,
+    /// The stack's mixers in words (`hla2`, `hla2×3+softmax`).
+    label: String,
     route: Route,
     parameters: usize,
     /// Kernels one step launched, counted on a warm-up step.
@@ -152,16 +211,11 @@ struct Case {
 impl Case {
     fn new(
         workload: &'static Workload,
-        mixer: MixerKind,
+        model: LmConfig,
         route: Route,
         device: &Device,
         seed: u64,
     ) -> Self {
-        let model = LmConfig {
-            vocab_size: workload.vocab,
-            mixer,
-            ..(workload.model)()
-        };
         let lm = model.init(device);
         let trainee = Trainee {
             lm,
@@ -185,7 +239,7 @@ impl Case {
             .collect();
         Self {
             workload,
-            mixer,
+            label: model.mixer_label(),
             route,
             parameters: trainee.lm.num_params(),
             launches: None,
@@ -229,7 +283,7 @@ impl Case {
         let w = self.workload;
         TrainRow {
             workload: w.name.into(),
-            mixer: self.mixer.name().into(),
+            mixer: self.label.clone(),
             batch: w.batch,
             context: w.context,
             vocab: w.vocab,
@@ -264,7 +318,7 @@ impl Bench {
             eprintln!(
                 "train {} {} {} warm-up",
                 case.workload.name,
-                case.mixer.name(),
+                case.label,
                 case.route.form()
             );
             case.step(&autodiff)?;
@@ -283,9 +337,9 @@ impl Bench {
             .collect())
     }
 
-    /// The cases of `mixers` (empty: all) on `workloads` (empty: all), on the autodiff
-    /// device `autodiff`, each fused where it has kernels, and with `composed` also
-    /// composed and (an HLA mixer) with its node.
+    /// The cases of `mixers` (empty: all, and each workload's hybrids) on `workloads`
+    /// (empty: all), on the autodiff device `autodiff`, each fused where it has kernels, and
+    /// with `composed` also composed and (with an HLA mixer) with its node.
     fn cases(
         &self,
         mixers: &[MixerKind],
@@ -293,38 +347,75 @@ impl Bench {
         composed: bool,
         autodiff: &Device,
     ) -> Vec<Case> {
-        let all: Vec<MixerKind> = MixerKind::NAMES
-            .iter()
-            .map(|name| name.parse().expect("a mixer's own name"))
-            .collect();
-        let mixers = if mixers.is_empty() { &all } else { mixers };
-        let mut cases = Vec::new();
         let wanted = |w: &Workload| workloads.is_empty() || workloads.iter().any(|n| n == w.name);
+        let mut cases = Vec::new();
         for workload in WORKLOADS.iter().filter(|w| wanted(w)) {
-            for &mixer in mixers {
-                let fused = mixer.has_kernels((workload.model)().decay, &self.device);
-                // Without fused kernels for it there, the plain case is composed.
-                let mut routes = vec![if fused {
-                    Route::Kernels
-                } else {
-                    Route::Composed
-                }];
-                if composed && mixer != MixerKind::Softmax {
-                    routes.push(Route::Node);
-                }
-                if composed && fused {
-                    routes.push(Route::Composed);
-                }
-                for route in routes {
+            for model in workload.models(mixers) {
+                for route in self.routes(&model, composed) {
                     let seed = cases.len() as u64;
-                    cases.push(Case::new(workload, mixer, route, autodiff, seed));
+                    cases.push(Case::new(workload, model.clone(), route, autodiff, seed));
                 }
             }
         }
         cases
     }
+
+    /// The forms `model`'s step runs in: fused where a layer has kernels (else composed),
+    /// and with `composed` also composed and, where a layer is linear-time, its node.
+    fn routes(&self, model: &LmConfig, composed: bool) -> Vec<Route> {
+        let linear_time = model.mixers().iter().any(|&m| m != MixerKind::Softmax);
+        let fused = model
+            .mixers()
+            .iter()
+            .any(|m| m.has_kernels(model.decay, &self.device));
+        let mut routes = vec![if fused {
+            Route::Kernels
+        } else {
+            Route::Composed
+        }];
+        if composed && linear_time {
+            routes.push(Route::Node);
+        }
+        if composed && fused {
+            routes.push(Route::Composed);
+        }
+        routes
+    }
 }
 
 fn chars() -> usize {
     CHARS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `gutenberg` workload is the study's model (its runs have 5,273,856 parameters
+    /// whatever the mixer), with its two hybrids beside the plain mixers unless some are
+    /// picked.
+    #[test]
+    fn the_gutenberg_workload_is_the_studys_model_and_hybrids() {
+        let workload = WORKLOADS.iter().find(|w| w.name == "gutenberg").unwrap();
+        let labels = |models: &[LmConfig]| -> Vec<String> {
+            models.iter().map(LmConfig::mixer_label).collect()
+        };
+        let all = workload.models(&[]);
+        assert_eq!(
+            labels(&all[all.len() - 2..]),
+            ["hla2×2+softmax+hla2", "hla2×3+softmax"]
+        );
+        assert_eq!(all.len(), MixerKind::NAMES.len() + 2);
+        let device = Device::default();
+        for model in [&all[0], &all[all.len() - 1]] {
+            assert_eq!(model.init(&device).num_params(), 5_273_856, "{model:?}");
+        }
+        let picked = workload.models(&[MixerKind::Hla2]);
+        assert_eq!(labels(&picked), ["hla2"]);
+        assert!(
+            WORKLOADS
+                .iter()
+                .all(|w| w.name == "gutenberg" || w.hybrids.is_empty())
+        );
+    }
 }
