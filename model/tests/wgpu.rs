@@ -272,25 +272,35 @@ fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
 
 /// The GPU kernels of the causal attention against Burn's attention op on the same device:
 /// the output and the gradients of q, k and v within 1e-4 (relative RMS), over a whole
-/// sequence and for queries from a later position (a cache's keys before them).
+/// sequence and for queries from a later position (a cache's keys before them), within
+/// one tile of rows and over several with a ragged last one (tiles hold at most 64 rows),
+/// down to one query.
 #[test]
 fn gpu_attention_matches_the_composed_form() {
     let _switch = kernels(Kernels::All);
-    let worst = [(17, 17, 0), (5, 12, 7)]
+    let cases = [
+        ([17, 17, 0], [8, 6]),
+        ([5, 12, 7], [8, 6]),
+        ([150, 150, 0], [8, 6]),
+        ([70, 200, 130], [8, 6]),
+        ([1, 77, 76], [8, 6]),
+        ([100, 100, 0], [64, 64]),
+    ];
+    let worst = cases
         .into_iter()
-        .map(|(queries, keys, start)| attention_vs_composed([2, 3], [queries, keys, start], [8, 6]))
+        .map(|(sizes, widths)| attention_vs_composed([2, 3], sizes, widths))
         .fold(0.0, f64::max);
     eprintln!("GPU attention vs composed form: largest relative RMS error {worst:.2e}");
 }
 
-/// More query rows than one axis of the grid holds in cubes of 256 units (65,535 × 256
-/// on wgpu, 2 × 256 here): the grid spreads over three axes and every row, and every
-/// key, still gets its unit.
+/// More tiles of rows than one axis of the grid holds in cubes (65,535 on wgpu, 4 here):
+/// the grid spreads over three axes and every tile of queries, and every tile of keys,
+/// still gets its cube.
 #[test]
 fn gpu_attention_takes_more_rows_than_one_grid_axis() {
     let _switch = kernels(Kernels::All);
-    let _cap = GridCap::new(2);
-    // 3 × 5 × 130 = 1,950 rows: 8 cubes of 256 in a 2 × 2 × 2 grid, 98 units idle.
+    let _cap = GridCap::new(4);
+    // 3 × 5 sequences of 130 rows in tiles of 64: 45 cubes in a 4 × 4 × 3 grid, 3 spare.
     let err = attention_vs_composed([3, 5], [130, 130, 0], [4, 3]);
     eprintln!("GPU attention on a spread grid vs composed form: relative RMS error {err:.2e}");
 }
@@ -314,15 +324,27 @@ fn attention_vs_composed(
     let cotangent = rng.tensor([b, h, queries, dv], 1.0, &ad);
     let mut runs = Vec::new();
     for kernel in [true, false] {
-        let o = if kernel {
-            causal_attention(q.clone(), k.clone(), v.clone(), start)
-        } else {
-            causal_attention_composed(q.clone(), k.clone(), v.clone(), start)
+        let run = || {
+            let o = if kernel {
+                causal_attention(q.clone(), k.clone(), v.clone(), start)
+            } else {
+                causal_attention_composed(q.clone(), k.clone(), v.clone(), start)
+            };
+            let grads = (o.clone() * cotangent.clone()).sum().backward();
+            let mut out = vec![to_cpu(o.inner())];
+            for x in [&q, &k, &v] {
+                out.push(to_cpu(x.grad(&grads).expect("gradient")));
+            }
+            out
         };
-        let grads = (o.clone() * cotangent.clone()).sum().backward();
-        let mut out = vec![to_cpu(o.inner())];
-        for x in [&q, &k, &v] {
-            out.push(to_cpu(x.grad(&grads).expect("gradient")));
+        let (out, names) = launched(run);
+        if kernel {
+            for name in ["forward_kernel", "query_grads", "key_grads"] {
+                assert!(
+                    names.iter().any(|n| n.contains(name)),
+                    "the attention's {name} ran: {names:?}"
+                );
+            }
         }
         runs.push(out);
     }
@@ -443,4 +465,23 @@ impl Drop for Turn {
     fn drop(&mut self) {
         set_kernels(Kernels::default());
     }
+}
+
+/// What `f` returns, and the names of the kernels it launched.
+fn launched<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
+    use std::sync::{Arc, Mutex};
+    #[derive(Default)]
+    struct Names(Mutex<Vec<String>>);
+    impl LaunchObserver for Names {
+        fn launched(&self, kernel: &'static str) {
+            self.0.lock().unwrap().push(kernel.to_string());
+        }
+    }
+    let names = Arc::new(Names::default());
+    let observation = LaunchObservation::new(names.clone());
+    let out = f();
+    drop(observation);
+    let names = names.0.lock().unwrap().clone();
+    (out, names)
 }

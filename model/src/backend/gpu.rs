@@ -106,6 +106,11 @@ pub(crate) fn tf32_matmuls(device: &Device) -> bool {
     properties(device).is_some_and(|p| p.supports_type(ElemType::Float(FloatKind::TF32)))
 }
 
+/// The shared memory a cube of a CubeCL device may hold, in bytes; `None` elsewhere.
+pub(crate) fn shared_bytes(device: &Device) -> Option<usize> {
+    properties(device).map(|p| p.hardware.max_shared_memory_size)
+}
+
 /// The properties of a CubeCL device; `None` elsewhere.
 fn properties(device: &Device) -> Option<Arc<DeviceProperties>> {
     match device.clone().inner().as_dispatch() {

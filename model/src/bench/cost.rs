@@ -6,13 +6,15 @@
 //! so no figure is scaled from a smaller problem.
 //!
 //! Fusion sees a hand-written kernel as one custom op: its inputs and outputs. What it does
-//! inside is the kernel's own plan, said here from the kernels' layout: each product is one
-//! unit per output value with two global loads per multiply-add (no shared memory, no
-//! register tile), so 4 bytes per FLOP; the HLA kernels write and read their workspace once
-//! per chunk; their products are the node's (the same chunk equations), the backward
-//! kernel's the node's forward and backward (it recomputes each chunk's forward from the
-//! saved start states); the attention's are the composed form's at causal cost (keys up to
-//! the query), the backward again recomputing the forward's.
+//! inside is the kernel's own plan, said here from the kernels' layout. In the HLA
+//! kernels each product is one unit per output value with two global loads per
+//! multiply-add (no shared memory, no register tile), so 4 bytes per FLOP, and they write
+//! and read their workspace once per chunk; their products are the node's (the same chunk
+//! equations), the backward kernel's the node's forward and backward (it recomputes each
+//! chunk's forward from the saved start states). The attention's products are the
+//! composed form's at causal cost (keys up to the query), the backward again recomputing
+//! the forward's; its global reads are its shared tiles' ([`Plan`]), with the tiles an
+//! H100 or H200 holds ([`CUDA_SHARED_BYTES`]).
 
 use burn::prelude::*;
 
@@ -20,6 +22,14 @@ use super::{Operator, OperatorInputs, Shape5};
 use crate::backend::cost::{Block, blocks};
 use crate::backend::{Kernels, kernels, set_kernels};
 use crate::hla::Form;
+use crate::lm::attention::gpu::Plan;
+
+/// The shared memory a cube may hold on an H100 or H200 (227 KiB, the opt-in limit
+/// cubecl's CUDA runtime reports and sizes the attention's tiles by).
+pub const CUDA_SHARED_BYTES: usize = 227 * 1024;
+
+/// The most units of a cube the kernels launch.
+const UNITS: usize = 256;
 
 /// What runs a step of a form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,9 +147,9 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
             } else {
                 kernel.forward
             };
-            let workspace = workspace_bytes(op, shape, !id.ends_with("backward"));
+            let inside = inside_bytes(op, shape, !id.ends_with("backward"), flops);
             let cubes = cubes(op, shape);
-            (Engine::Kernel { cubes }, flops, 4.0 * flops + workspace)
+            (Engine::Kernel { cubes }, flops, inside)
         }
         _ if block.matmul_flops > 0.0 => {
             (Engine::Matmul, block.matmul_flops + block.other_flops, 0.0)
@@ -154,22 +164,50 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
     }
 }
 
-/// Cubes of the hand-written kernels: one per sequence and head for the HLA's, one unit
-/// per query row in cubes of 256 for the attention's.
+/// Cubes of the hand-written kernels: one per sequence and head for the HLA's, one per
+/// tile of queries of every sequence for the attention's forward.
 fn cubes(op: Operator, shape: &Shape5) -> usize {
     let sequences = shape.batch * shape.heads;
     match op.chunked_order() {
         Some(_) => sequences,
-        None => (sequences * shape.time).div_ceil(256),
+        None => sequences * attention_plan(shape).cubes,
     }
 }
 
-/// Bytes the HLA kernels move through their workspace: written and read once per chunk,
-/// by every cube (none for the attention's, which has none).
-fn workspace_bytes(op: Operator, shape: &Shape5, forward: bool) -> f64 {
-    let Some(order) = op.chunked_order() else {
-        return 0.0;
-    };
+/// Bytes the hand-written kernels of `op` read and write besides their inputs and outputs,
+/// in their forward or backward pass of `flops`: the HLA kernels' loads for their
+/// products and their workspace, the attention's shared tiles.
+fn inside_bytes(op: Operator, shape: &Shape5, forward: bool, flops: f64) -> f64 {
+    let sequences = (shape.batch * shape.heads) as f64;
+    match op.chunked_order() {
+        Some(order) => 4.0 * flops + workspace_bytes(order, shape, forward),
+        None => {
+            let plan = attention_plan(shape);
+            let floats = if forward {
+                plan.forward_tile_floats
+            } else {
+                plan.backward_tile_floats
+            };
+            4.0 * floats as f64 * sequences
+        }
+    }
+}
+
+/// The attention kernels' plan at `shape` (a whole sequence of queries) on an H100 or
+/// H200.
+fn attention_plan(shape: &Shape5) -> Plan {
+    Plan::of(
+        [shape.time, shape.time, 0],
+        [shape.d, shape.dv],
+        CUDA_SHARED_BYTES,
+        UNITS,
+    )
+    .expect("a head's tiles fit 227 KiB")
+}
+
+/// Bytes the HLA kernels of `order` move through their workspace: written and read once
+/// per chunk, by every cube.
+fn workspace_bytes(order: crate::hla::Order, shape: &Shape5, forward: bool) -> f64 {
     let [f, b] = (crate::hla::gpu_kernels(order).workspace)(shape.chunk, shape.d, shape.dv);
     let floats = if forward { f } else { b };
     let chunks = shape.time.div_ceil(shape.chunk);

@@ -2,7 +2,8 @@
 //! `start .. start + Tq` over keys `0 .. Tk`: query `i` sees keys `j ≤ start + i`. On CPU
 //! devices one CPU kernel each way ([`cpu`]): tiled with an online softmax, no `Tq × Tk`
 //! tensor in the forward or the backward pass (FlashAttention-2's algorithm). On CubeCL
-//! devices (wgpu, cuda) kernels with the same algorithm, one unit per row ([`gpu`]).
+//! devices (wgpu, cuda) kernels with the same algorithm and FlashAttention-2's tiling: a
+//! cube per tile of rows, the other side's rows in shared memory ([`gpu`]).
 //! Elsewhere Burn's attention op.
 
 pub(crate) mod cpu;

@@ -6,6 +6,9 @@
 //! backward pass is the backward kernel.
 
 mod kernel;
+mod plan;
+
+pub(crate) use plan::Plan;
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::fusion::custom::TensorSpec;
@@ -45,12 +48,16 @@ pub(crate) trait AttentionGpuKernels: Backend {
 }
 
 /// Whether the kernels can take `q`, `k`, `v`: every buffer they bind (these, `o`, the
-/// log-sum-exp) fits the device ([`crate::backend::gpu::fits`]).
+/// log-sum-exp) fits the device ([`crate::backend::gpu::fits`]) and a tile of a few rows
+/// fits its shared memory ([`plan::tile_rows`]).
 pub(crate) fn fits(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>) -> bool {
-    let ([b, h, queries, _], dv) = (q.dims(), v.dims()[3]);
+    let ([b, h, queries, d], dv) = (q.dims(), v.dims()[3]);
     let rows = b * h * queries;
     let buffers = [q, k, v].map(|x| x.shape().num_elements());
-    crate::backend::gpu::fits(&q.device(), buffers.into_iter().chain([rows * dv, rows]))
+    let device = q.device();
+    crate::backend::gpu::shared_bytes(&device)
+        .is_some_and(|shared| plan::tile_rows(shared, d, dv).is_some())
+        && crate::backend::gpu::fits(&device, buffers.into_iter().chain([rows * dv, rows]))
 }
 
 /// The outputs of [`AttentionGpuKernels::attention_forward`] for its inputs.
