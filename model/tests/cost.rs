@@ -129,8 +129,9 @@ fn a_pass_moves_at_least_its_inputs_outputs_and_gradients() {
 }
 
 /// The node's forward pass at [`SHAPE`] (gated, three chunks): its matmuls are the chunk
-/// equations' products and nothing else, and each state part's scan over the chunks runs
-/// as one kernel (no decay-mask products).
+/// equations' products and nothing else, but for those hla2's fused kernels compute (two
+/// launches), and each state part's scan over the chunks runs as one kernel (no
+/// decay-mask products).
 #[test]
 fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_state() {
     let _turn = turn();
@@ -149,7 +150,7 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
         })
         .expect("a dry run of the pass");
         let matmuls: f64 = blocks.iter().map(|b| b.matmul_flops).sum();
-        let equations = op.chunked_flops(&SHAPE).expect("a chunked form");
+        let equations = op.chunked_flops(&SHAPE).expect("a chunked form") - fused(op, &blocks);
         let scans: Vec<_> = blocks
             .iter()
             .filter(|b| b.custom.as_deref().is_some_and(|id| id.contains("scan")))
@@ -165,4 +166,28 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
         assert_eq!(scans.len(), parts, "{op:?}: one scan per state part");
         assert!(scans.iter().all(|b| b.launches == 1), "{op:?}");
     }
+}
+
+/// The FLOPs of the chunk equations' products (as whole matmuls) that the node's fused
+/// kernels among `blocks` computed: for hla2, `Q Sᵀ`, `Q Kᵀ`, `W K` and `Aᵀ V` in its
+/// moments kernel and `Q Z`, `Q Aᵀ` and `P V` in its outputs kernel, once each; for the
+/// other orders none.
+fn fused(op: Operator, blocks: &[hla_model::backend::cost::Block]) -> f64 {
+    let ran = |name: &str| {
+        blocks
+            .iter()
+            .filter(|b| b.custom.as_deref().is_some_and(|id| id.contains(name)))
+            .map(|b| b.launches)
+            .sum::<usize>()
+    };
+    let (c, d, dv) = (SHAPE.chunk as f64, SHAPE.d as f64, SHAPE.dv as f64);
+    let chunks = (SHAPE.batch * SHAPE.heads * SHAPE.time.div_ceil(SHAPE.chunk)) as f64;
+    if op != Operator::Hla2Chunked {
+        assert_eq!(ran("hla2_"), 0, "{op:?} runs no fused kernel");
+        return 0.0;
+    }
+    assert_eq!((ran("hla2_moments"), ran("hla2_outputs")), (1, 1));
+    let moments = 2.0 * c * d * d + 2.0 * c * c * d + 2.0 * c * c * d + 2.0 * c * d * dv;
+    let outputs = 2.0 * c * d * dv + 2.0 * c * c * d + 2.0 * c * c * dv;
+    chunks * (moments + outputs)
 }

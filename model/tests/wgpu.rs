@@ -151,7 +151,8 @@ fn gpu_kernels_match_their_composed_forms() {
 /// [`gpu_kernels_match_their_composed_forms`], data-dependent gates with their gradient
 /// included. The nodes' math is the CPU tests' (`hla::kernel_tests`, every gate and
 /// length); here each order takes the gated ragged case, and hla2 a length of one and
-/// the fixed decay over several chunks too (each shape costs shader compiles).
+/// the fixed decay over several chunks too (each shape costs shader compiles). hla2's
+/// node runs its fused moments and outputs kernels in every case.
 #[test]
 fn nodes_match_their_composed_forms() {
     let _switch = kernels(Kernels::Nodes);
@@ -170,7 +171,16 @@ fn nodes_match_their_composed_forms() {
             init_state: true,
             ..Case::new(order)
         };
-        worst = worst.max(kernel_vs_composed(&case, chunk));
+        let (err, names) = launched(|| kernel_vs_composed(&case, chunk));
+        if order == Order::Second {
+            for name in ["moments_kernel", "outputs_kernel"] {
+                assert!(
+                    names.iter().any(|n| n.contains(name)),
+                    "hla2's node ran its {name} ({gates:?}, T={time}): {names:?}"
+                );
+            }
+        }
+        worst = worst.max(err);
     }
     eprintln!("Nodes vs composed forms: largest relative RMS error {worst:.2e}");
 }

@@ -14,7 +14,12 @@ use burn_cubecl::tensor::CubeTensor;
 
 /// Units per cube: wgpu's portable limit, or the device's own where it is lower.
 pub(crate) fn units(like: &CubeTensor) -> u32 {
-    let hardware = &like.client.properties().hardware;
+    cube_units(like.client.properties())
+}
+
+/// [`units`] on a device with `properties`.
+fn cube_units(properties: &DeviceProperties) -> u32 {
+    let hardware = &properties.hardware;
     hardware
         .max_cube_dim
         .0
@@ -104,6 +109,12 @@ pub(crate) fn fits(device: &Device, floats: impl IntoIterator<Item = usize>) -> 
 /// (see [`super::tf32_matmuls`]).
 pub(crate) fn tf32_matmuls(device: &Device) -> bool {
     properties(device).is_some_and(|p| p.supports_type(ElemType::Float(FloatKind::TF32)))
+}
+
+/// The most units a cube of a CubeCL device launches with, as [`units`] caps them;
+/// `None` elsewhere.
+pub(crate) fn max_units(device: &Device) -> Option<usize> {
+    properties(device).map(|p| cube_units(&p) as usize)
 }
 
 /// The shared memory a cube of a CubeCL device may hold, in bytes; `None` elsewhere.

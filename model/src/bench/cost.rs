@@ -130,9 +130,12 @@ impl KernelFlops {
         };
         let forward = matmuls(observe(op, route, shape, device, false)?);
         let both = matmuls(observe(op, route, shape, device, true)?);
+        // The node's fused kernels (hla2's forward products) are no matmuls: what they
+        // took is the chunk equations' count less the forward's matmuls, in both passes.
+        let fused = op.chunked_flops(shape).map_or(0.0, |all| all - forward);
         Ok(Self {
-            forward,
-            backward: both,
+            forward: forward + fused,
+            backward: both + fused,
         })
     }
 }
@@ -140,6 +143,9 @@ impl KernelFlops {
 /// A block as a step.
 fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops>) -> Step {
     let custom = block.custom.as_deref();
+    if let Some(step) = custom.and_then(|id| node_kernel(block, id, shape)) {
+        return step;
+    }
     let (engine, flops, inside) = match (custom, kernel) {
         (Some(id), Some(kernel)) => {
             let flops = if id.ends_with("backward") {
@@ -162,6 +168,21 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
         flops,
         bytes: block.bytes + inside,
     }
+}
+
+/// A block that ran one of the node's fused kernels (`crate::hla::second::fused`): one cube
+/// per chunk of every sequence, the FLOPs of its products, no global traffic but its
+/// inputs and outputs (it reads each once into shared memory).
+fn node_kernel(block: &Block, id: &str, shape: &Shape5) -> Option<Step> {
+    let sizes = [shape.chunk, shape.d, shape.dv];
+    let per_chunk = crate::hla::second::fused::chunk_flops(id, sizes)?;
+    let chunks = shape.batch * shape.heads * shape.time.div_ceil(shape.chunk);
+    Some(Step {
+        engine: Engine::Kernel { cubes: chunks },
+        launches: block.launches,
+        flops: per_chunk * chunks as f64,
+        bytes: block.bytes,
+    })
 }
 
 /// Cubes of the hand-written kernels: one per sequence and head for the HLA's, one per

@@ -67,6 +67,12 @@ impl<const D: usize> Decay<D> {
         }
     }
 
+    /// The cumulative log gates `b`, `[.., span, 1]`; `None` without gates.
+    #[cfg(gpu_kernels)]
+    pub(crate) fn log_decay(&self) -> Option<Tensor<D>> {
+        self.gates.as_ref().map(|g| g.b.clone())
+    }
+
     /// `log ρ^p`, `[.., 1, 1]`; `None` without gates.
     pub(crate) fn log_rho(&self, p: f64) -> Option<Tensor<D>> {
         self.gates.as_ref().map(|g| g.last() * p)

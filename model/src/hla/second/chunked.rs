@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `S` and `Z` at the start of every chunk come from scans over the chunks' updates (`S`
-//! first: `A` needs it, and `Z`'s update needs `A`).
+//! first: `A` needs it, and `Z`'s update needs `A`). On a GPU device the node's forward
+//! pass computes `(W, A, ΔZ)` and `(P, O)` with one kernel each ([`super::fused`]).
 //!
 //! (`Q Sᵀ` has rows `(S q_u)ᵀ`: `S` is symmetric when built from keys, and the
 //! transpose keeps the forms equal for any initial state.)
@@ -23,6 +24,7 @@ use burn::prelude::*;
 use super::State;
 use crate::hla::HlaInput;
 use crate::hla::chunks::Chunked;
+use crate::hla::decay::Decay;
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -62,17 +64,23 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
 
     let ds = kt.clone().matmul(decay.until_end(k.clone(), 1.0));
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
-    let w = decay.mask(q.clone().matmul(kt), 1);
-    let a = decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0)
-        + w.clone().matmul(k.clone());
+    let (w, a, dz) = fused_moments(&q, &k, &v, &s_start, &decay).unwrap_or_else(|| {
+        let w = decay.mask(q.clone().matmul(kt), 1);
+        let a = decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0)
+            + w.clone().matmul(k.clone());
+        let dz = a
+            .clone()
+            .transpose()
+            .matmul(decay.until_end(v.clone(), 2.0));
+        (w, a, dz)
+    });
 
-    let dz = a
-        .clone()
-        .transpose()
-        .matmul(decay.until_end(v.clone(), 2.0));
     let (z_start, z) = chunks.scan(state.z, dz, &decay, 2.0);
-    let p = decay.mask(q.clone().matmul(a.clone().transpose()), 2);
-    let o = decay.since_start(q.matmul(z_start.clone()), 2.0) + p.clone().matmul(v);
+    let (p, o) = fused_outputs(&q, &a, &v, &z_start, &decay).unwrap_or_else(|| {
+        let p = decay.mask(q.clone().matmul(a.clone().transpose()), 2);
+        let o = decay.since_start(q.clone().matmul(z_start.clone()), 2.0) + p.clone().matmul(v);
+        (p, o)
+    });
     Products {
         o: chunks.merge(o),
         state: State { s, z },
@@ -81,5 +89,40 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
         w,
         a,
         p,
+    }
+}
+
+/// `(W, A, ΔZ)` by the GPU kernel ([`super::fused`]) where it applies (the node's forward
+/// pass on a GPU device); `None` elsewhere.
+fn fused_moments(
+    q: &Tensor<5>,
+    k: &Tensor<5>,
+    v: &Tensor<5>,
+    s_start: &Tensor<5>,
+    decay: &Decay<5>,
+) -> Option<(Tensor<5>, Tensor<5>, Tensor<5>)> {
+    #[cfg(gpu_kernels)]
+    return super::fused::moments(q, k, v, s_start, decay);
+    #[cfg(not(gpu_kernels))]
+    {
+        let _ = (q, k, v, s_start, decay);
+        None
+    }
+}
+
+/// `(P, O)` by the GPU kernel where it applies, as [`fused_moments`].
+fn fused_outputs(
+    q: &Tensor<5>,
+    a: &Tensor<5>,
+    v: &Tensor<5>,
+    z_start: &Tensor<5>,
+    decay: &Decay<5>,
+) -> Option<(Tensor<5>, Tensor<5>)> {
+    #[cfg(gpu_kernels)]
+    return super::fused::outputs(q, a, v, z_start, decay);
+    #[cfg(not(gpu_kernels))]
+    {
+        let _ = (q, a, v, z_start, decay);
+        None
     }
 }

@@ -5,6 +5,8 @@ mod chunked;
 #[cfg(cpu_kernels)]
 pub(crate) mod cpu;
 #[cfg(gpu_kernels)]
+pub(crate) mod fused;
+#[cfg(gpu_kernels)]
 pub(crate) mod gpu;
 #[cfg(any(cpu_kernels, gpu_kernels))]
 pub(crate) mod node;
