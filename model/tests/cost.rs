@@ -129,8 +129,9 @@ fn a_pass_moves_at_least_its_inputs_outputs_and_gradients() {
 }
 
 /// The node's forward pass at [`SHAPE`] (gated, three chunks): its matmuls are the chunk
-/// equations' products and nothing else, but for those hla2's fused kernels compute (two
-/// launches), and each state part's scan over the chunks runs as one kernel (no
+/// equations' products the fused kernels do not compute (hla2's moments, and the output
+/// kernel of first order, hla2 and AHLA), each fused kernel runs as often as its order's
+/// equations ask, and each state part's scan over the chunks runs as one kernel (no
 /// decay-mask products).
 #[test]
 fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_state() {
@@ -150,7 +151,7 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
         })
         .expect("a dry run of the pass");
         let matmuls: f64 = blocks.iter().map(|b| b.matmul_flops).sum();
-        let equations = op.chunked_flops(&SHAPE).expect("a chunked form") - fused(op, &blocks);
+        let equations = unfused(op, &blocks);
         let scans: Vec<_> = blocks
             .iter()
             .filter(|b| b.custom.as_deref().is_some_and(|id| id.contains("scan")))
@@ -168,11 +169,12 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
     }
 }
 
-/// The FLOPs of the chunk equations' products (as whole matmuls) that the node's fused
-/// kernels among `blocks` computed: for hla2, `Q Sᵀ`, `Q Kᵀ`, `W K` and `Aᵀ V` in its
-/// moments kernel and `Q Z`, `Q Aᵀ` and `P V` in its outputs kernel, once each; for the
-/// other orders none.
-fn fused(op: Operator, blocks: &[hla_model::backend::cost::Block]) -> f64 {
+/// The FLOPs of the chunk equations' products that no fused kernel among `blocks`
+/// computes, after checking which fused kernels ran: hla2's moments (`Q Sᵀ`, `Q Kᵀ`,
+/// `W K`, `Aᵀ V`) and the output kernel (`Q X`, `Q Rᵀ`, `M V`) leave hla2 its `Kᵀ K`; the
+/// output kernel leaves first order its `Kᵀ V`; its two calls leave AHLA `Kᵀ V` and `Kᵀ B`;
+/// third order has no fused kernel.
+fn unfused(op: Operator, blocks: &[hla_model::backend::cost::Block]) -> f64 {
     let ran = |name: &str| {
         blocks
             .iter()
@@ -182,12 +184,17 @@ fn fused(op: Operator, blocks: &[hla_model::backend::cost::Block]) -> f64 {
     };
     let (c, d, dv) = (SHAPE.chunk as f64, SHAPE.d as f64, SHAPE.dv as f64);
     let chunks = (SHAPE.batch * SHAPE.heads * SHAPE.time.div_ceil(SHAPE.chunk)) as f64;
-    if op != Operator::Hla2Chunked {
-        assert_eq!(ran("hla2_"), 0, "{op:?} runs no fused kernel");
-        return 0.0;
-    }
-    assert_eq!((ran("hla2_moments"), ran("hla2_outputs")), (1, 1));
-    let moments = 2.0 * c * d * d + 2.0 * c * c * d + 2.0 * c * c * d + 2.0 * c * d * dv;
-    let outputs = 2.0 * c * d * dv + 2.0 * c * c * d + 2.0 * c * c * dv;
-    chunks * (moments + outputs)
+    let equations = op.chunked_flops(&SHAPE).expect("a chunked form");
+    let (moments, outputs, left) = match op {
+        Operator::Hla2Chunked => (1, 1, chunks * 2.0 * c * d * d),
+        Operator::LinearChunked => (0, 1, chunks * 2.0 * c * d * dv),
+        Operator::AhlaChunked => (0, 2, chunks * 4.0 * c * d * dv),
+        _ => (0, 0, equations),
+    };
+    assert_eq!(
+        (ran("hla2_moments"), ran("chunk_output")),
+        (moments, outputs),
+        "{op:?}: its fused kernels"
+    );
+    left
 }

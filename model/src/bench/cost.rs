@@ -170,12 +170,14 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
     }
 }
 
-/// A block that ran one of the node's fused kernels (`crate::hla::second::fused`): one cube
+/// A block that ran one of the node's fused kernels (`crate::hla::chunks::fused`,
+/// `crate::hla::second::fused`): one cube
 /// per chunk of every sequence, the FLOPs of its products, no global traffic but its
 /// inputs and outputs (it reads each once into shared memory).
 fn node_kernel(block: &Block, id: &str, shape: &Shape5) -> Option<Step> {
     let sizes = [shape.chunk, shape.d, shape.dv];
-    let per_chunk = crate::hla::second::fused::chunk_flops(id, sizes)?;
+    let per_chunk = crate::hla::chunks::fused::chunk_flops(id, sizes)
+        .or_else(|| crate::hla::second::fused::chunk_flops(id, sizes))?;
     let chunks = shape.batch * shape.heads * shape.time.div_ceil(shape.chunk);
     Some(Step {
         engine: Engine::Kernel { cubes: chunks },

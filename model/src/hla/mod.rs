@@ -39,7 +39,7 @@
 //! the value-side state (`Z`, `Y`, `E`).
 
 pub mod ahla;
-mod chunks;
+pub(crate) mod chunks;
 #[cfg(cpu_kernels)]
 pub(crate) mod cpu;
 mod decay;

@@ -11,13 +11,17 @@
 //! `P` and `E` at the start of every chunk come from scans over the chunks' updates (`P`
 //! first: `B` needs it, and `E`'s update needs `B`).
 //!
+//! On a GPU device the node's forward pass computes `(A^γ, B)` and `O` with one kernel
+//! each (`crate::hla::chunks::fused`).
+//!
 //! Without decay this is docs/math.md's `O_c = Q_c E + ((Q_c K_cᵀ) ⊙ L)(Q_c P) + ((A_c A_c) ⊙ L) V_c`,
 //! with `(A_c A_c) V_c` computed as `A_c (A_c V_c)`: no C³ product.
 
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, chunks::Chunked};
+use crate::hla::HlaInput;
+use crate::hla::chunks::{Chunked, fused_output};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -52,16 +56,29 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
         k,
         v,
     } = Chunked::new(input, chunk);
-    let kt = k.transpose();
+    let kt = k.clone().transpose();
 
     let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
     let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
-    let a_gamma = decay.mask(q.clone().matmul(kt.clone()), 1);
-    let b = decay.since_start(q.clone().matmul(p_start.clone()), 1.0) + a_gamma.clone().matmul(v);
+    let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true);
+    let (a_gamma, b) = match fused {
+        Some((a_gamma, b)) => (a_gamma.expect("the scores, asked for"), b),
+        None => {
+            let a_gamma = decay.mask(q.clone().matmul(kt.clone()), 1);
+            let b = decay.since_start(q.clone().matmul(p_start.clone()), 1.0)
+                + a_gamma.clone().matmul(v);
+            (a_gamma, b)
+        }
+    };
 
     let de = kt.matmul(decay.until_end(b.clone(), 1.0));
     let (e_start, e) = chunks.scan(state.e, de, &decay, 1.0);
-    let o = decay.since_start(q.matmul(e_start.clone()), 1.0) + a_gamma.clone().matmul(b.clone());
+    let o = match fused_output([&q, &k, &b, &e_start], &decay, 1, false) {
+        Some((_, o)) => o,
+        None => {
+            decay.since_start(q.matmul(e_start.clone()), 1.0) + a_gamma.clone().matmul(b.clone())
+        }
+    };
     Products {
         o: chunks.merge(o),
         state: State { p, e },

@@ -7,6 +7,8 @@
 //! final state is the state after the last real token.
 
 #[cfg(gpu_kernels)]
+pub(crate) mod fused;
+#[cfg(gpu_kernels)]
 mod gpu;
 mod scan;
 
@@ -120,6 +122,25 @@ impl Chunks {
     /// Zero padding at the end of `dim` up to a whole number of chunks.
     fn pad<const D: usize>(&self, x: Tensor<D>, dim: usize) -> Tensor<D> {
         pad_end(x, dim, self.count * self.size)
+    }
+}
+
+/// `M = D^p ⊙ (Q Rᵀ)` (when `scores`) and `Y = diag(a^p) Q X + M V` of every chunk, from
+/// `[q, r, v, x]` (`x` the state at every chunk's start) and `power = p`, by the GPU
+/// kernel ([`fused`]) where it applies (the node's forward pass on a GPU device); `None`
+/// elsewhere (the composed steps run).
+pub(crate) fn fused_output(
+    qrvx: [&Tensor<5>; 4],
+    decay: &Decay<5>,
+    power: u32,
+    scores: bool,
+) -> Option<(Option<Tensor<5>>, Tensor<5>)> {
+    #[cfg(gpu_kernels)]
+    return fused::output(qrvx, decay, power, scores);
+    #[cfg(not(gpu_kernels))]
+    {
+        let _ = (qrvx, decay, power, scores);
+        None
     }
 }
 

@@ -5,12 +5,15 @@
 //! S  ← ρ S + Kᵀ diag(e) V
 //! ```
 //!
-//! with `S` at the start of every chunk from a scan over the chunks' updates.
+//! with `S` at the start of every chunk from a scan over the chunks' updates. On a GPU
+//! device the node's forward pass computes the scores and `O` with one kernel
+//! (`crate::hla::chunks::fused`).
 
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, chunks::Chunked};
+use crate::hla::HlaInput;
+use crate::hla::chunks::{Chunked, fused_output};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -43,12 +46,19 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
         k,
         v,
     } = Chunked::new(input, chunk);
-    let kt = k.transpose();
+    let kt = k.clone().transpose();
 
     let ds = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
-    let scores = decay.mask(q.clone().matmul(kt), 1);
-    let o = decay.since_start(q.matmul(s_start.clone()), 1.0) + scores.clone().matmul(v);
+    let fused = fused_output([&q, &k, &v, &s_start], &decay, 1, true);
+    let (scores, o) = match fused {
+        Some((scores, o)) => (scores.expect("the scores, asked for"), o),
+        None => {
+            let scores = decay.mask(q.clone().matmul(kt), 1);
+            let o = decay.since_start(q.matmul(s_start.clone()), 1.0) + scores.clone().matmul(v);
+            (scores, o)
+        }
+    };
     Products {
         o: chunks.merge(o),
         state: State { s },

@@ -11,7 +11,8 @@
 //!
 //! `S` and `Z` at the start of every chunk come from scans over the chunks' updates (`S`
 //! first: `A` needs it, and `Z`'s update needs `A`). On a GPU device the node's forward
-//! pass computes `(W, A, ΔZ)` and `(P, O)` with one kernel each ([`super::fused`]).
+//! pass computes `(W, A, ΔZ)` and `(P, O)` with one kernel each ([`super::fused`],
+//! `crate::hla::chunks::fused`).
 //!
 //! (`Q Sᵀ` has rows `(S q_u)ᵀ`: `S` is symmetric when built from keys, and the
 //! transpose keeps the forms equal for any initial state.)
@@ -23,7 +24,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::Chunked;
+use crate::hla::chunks::{Chunked, fused_output};
 use crate::hla::decay::Decay;
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
@@ -76,11 +77,14 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     });
 
     let (z_start, z) = chunks.scan(state.z, dz, &decay, 2.0);
-    let (p, o) = fused_outputs(&q, &a, &v, &z_start, &decay).unwrap_or_else(|| {
-        let p = decay.mask(q.clone().matmul(a.clone().transpose()), 2);
-        let o = decay.since_start(q.clone().matmul(z_start.clone()), 2.0) + p.clone().matmul(v);
-        (p, o)
-    });
+    let fused = fused_output([&q, &a, &v, &z_start], &decay, 2, true);
+    let (p, o) = fused
+        .map(|(p, o)| (p.expect("the scores, asked for"), o))
+        .unwrap_or_else(|| {
+            let p = decay.mask(q.clone().matmul(a.clone().transpose()), 2);
+            let o = decay.since_start(q.clone().matmul(z_start.clone()), 2.0) + p.clone().matmul(v);
+            (p, o)
+        });
     Products {
         o: chunks.merge(o),
         state: State { s, z },
@@ -106,23 +110,6 @@ fn fused_moments(
     #[cfg(not(gpu_kernels))]
     {
         let _ = (q, k, v, s_start, decay);
-        None
-    }
-}
-
-/// `(P, O)` by the GPU kernel where it applies, as [`fused_moments`].
-fn fused_outputs(
-    q: &Tensor<5>,
-    a: &Tensor<5>,
-    v: &Tensor<5>,
-    z_start: &Tensor<5>,
-    decay: &Decay<5>,
-) -> Option<(Tensor<5>, Tensor<5>)> {
-    #[cfg(gpu_kernels)]
-    return super::fused::outputs(q, a, v, z_start, decay);
-    #[cfg(not(gpu_kernels))]
-    {
-        let _ = (q, a, v, z_start, decay);
         None
     }
 }

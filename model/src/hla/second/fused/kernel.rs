@@ -1,44 +1,10 @@
-//! The kernels of [`super`]: one cube per chunk of every sequence and head, one unit per
-//! token of the chunk.
+//! The moments kernel of [`super`]: one cube per chunk of every sequence and head, one
+//! unit per token of the chunk.
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use crate::hla::gpu::blocks::gate_row;
-
-/// Floats of the shared buffer a cube holds beside its `[c, d]` matrix: room for the
-/// largest of `S [d, d]`, `K [c, d]`, `V [c, dv]` and `Z [d, dv]`.
-pub(super) fn shared_buffer(c: usize, d: usize, dv: usize) -> usize {
-    (d * d).max(c * d).max(c * dv).max(d * dv)
-}
-
-/// `dst[..len] = src[from..from + len]`, every unit of the cube taking every
-/// `CUBE_DIM`-th value, then a barrier.
-#[cube]
-fn copy_in(src: &Tensor<f32>, dst: &mut Shared<[f32]>, from: usize, len: usize) {
-    let mut i = UNIT_POS as usize;
-    while i < len {
-        dst[i] = src[from + i];
-        i += CUBE_DIM as usize;
-    }
-    sync_cube();
-}
-
-/// `b_τ` of token `tau` of the chunk whose gates start at `gate` (0 without decay).
-#[cube]
-fn log_decay(b: &Tensor<f32>, gate: usize, tau: usize, #[comptime] decayed: bool) -> f32 {
-    let mut x = 0.0f32;
-    if decayed {
-        x = b[gate + tau];
-    }
-    x
-}
-
-/// Where chunk `block`'s gates start in `b [gb · gh, chunks · c]`.
-#[cube]
-fn gate_start(block: usize, chunks: usize, heads: usize, gb: usize, gh: usize, c: usize) -> usize {
-    (gate_row(block / chunks, heads, gb, gh) * chunks + block % chunks) * c
-}
+use crate::hla::chunks::fused::kernel::{copy_in, gate_start, log_decay, shared_buffer};
 
 /// The moments of every chunk, one cube per block and one unit per token `τ`.
 #[cube(launch)]
@@ -127,73 +93,5 @@ pub(super) fn moments_kernel(
         }
         dz[block * d * dv + at] = x;
         at += CUBE_DIM as usize;
-    }
-}
-
-/// The outputs of every chunk, one cube per block and one unit per token `τ`.
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn outputs_kernel(
-    q: &Tensor<f32>,
-    a: &Tensor<f32>,
-    v: &Tensor<f32>,
-    z: &Tensor<f32>,
-    b: &Tensor<f32>,
-    p: &mut Tensor<f32>,
-    o: &mut Tensor<f32>,
-    chunks: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
-    #[comptime] c: usize,
-    #[comptime] d: usize,
-    #[comptime] dv: usize,
-    #[comptime] decayed: bool,
-) {
-    let block = CUBE_POS;
-    if block * c * d >= q.len() {
-        terminate!();
-    }
-    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
-    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, dv)));
-    let tau = UNIT_POS as usize;
-    let row = block * c + tau;
-    let gate = gate_start(block, chunks, heads, gb, gh, c);
-    let b_tau = log_decay(b, gate, tau, decayed);
-    let mut qt = Array::<f32>::new(d);
-    for x in 0..d {
-        qt[x] = q[row * d + x];
-    }
-    // diag(a²) Q Z: row τ is a²_τ q_τᵀ Z.
-    copy_in(z, &mut buf, block * d * dv, d * dv);
-    let mut acc = Array::<f32>::new(dv);
-    let a2 = (2.0 * b_tau).exp();
-    for j in 0..dv {
-        let mut x = 0.0f32;
-        for i in 0..d {
-            x += qt[i] * buf[i * dv + j];
-        }
-        acc[j] = a2 * x;
-    }
-    sync_cube();
-    // P's row τ and P V.
-    copy_in(a, &mut rows, block * c * d, c * d);
-    copy_in(v, &mut buf, block * c * dv, c * dv);
-    for sigma in 0..c {
-        let mut pv = 0.0f32;
-        if sigma <= tau {
-            let mut dot = 0.0f32;
-            for x in 0..d {
-                dot += qt[x] * rows[sigma * d + x];
-            }
-            pv = (2.0 * (b_tau - log_decay(b, gate, sigma, decayed))).exp() * dot;
-            for j in 0..dv {
-                acc[j] += pv * buf[sigma * dv + j];
-            }
-        }
-        p[row * c + sigma] = pv;
-    }
-    for j in 0..dv {
-        o[row * dv + j] = acc[j];
     }
 }

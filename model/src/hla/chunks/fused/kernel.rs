@@ -1,0 +1,127 @@
+//! The chunk output kernel of [`super`], and the cube functions the fused kernels of every
+//! order share: one cube per chunk of every sequence and head, one unit per token.
+
+use burn_cubecl::cubecl;
+use cubecl::prelude::*;
+
+use crate::hla::gpu::blocks::gate_row;
+
+/// Floats of the shared buffer a cube holds beside its `[c, d]` matrix: room for the
+/// largest of `[d, d]`, `[c, d]`, `[c, dv]` and `[d, dv]`.
+pub(crate) fn shared_buffer(c: usize, d: usize, dv: usize) -> usize {
+    (d * d).max(c * d).max(c * dv).max(d * dv)
+}
+
+/// `dst[..len] = src[from..from + len]`, every unit of the cube taking every
+/// `CUBE_DIM`-th value, then a barrier.
+#[cube]
+pub(crate) fn copy_in(src: &Tensor<f32>, dst: &mut Shared<[f32]>, from: usize, len: usize) {
+    let mut i = UNIT_POS as usize;
+    while i < len {
+        dst[i] = src[from + i];
+        i += CUBE_DIM as usize;
+    }
+    sync_cube();
+}
+
+/// `b_τ` of token `tau` of the chunk whose gates start at `gate` (0 without decay).
+#[cube]
+pub(crate) fn log_decay(
+    b: &Tensor<f32>,
+    gate: usize,
+    tau: usize,
+    #[comptime] decayed: bool,
+) -> f32 {
+    let mut x = 0.0f32;
+    if decayed {
+        x = b[gate + tau];
+    }
+    x
+}
+
+/// Where chunk `block`'s gates start in `b [gb · gh, chunks · c]`.
+#[cube]
+pub(crate) fn gate_start(
+    block: usize,
+    chunks: usize,
+    heads: usize,
+    gb: usize,
+    gh: usize,
+    c: usize,
+) -> usize {
+    (gate_row(block / chunks, heads, gb, gh) * chunks + block % chunks) * c
+}
+
+/// `M = D^p ⊙ (Q Rᵀ)` (written when `scores`) and `Y = diag(a^p) Q X + M V` of every
+/// chunk with `p = power`, one cube per block and one unit per token `τ`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn output_kernel(
+    q: &Tensor<f32>,
+    r: &Tensor<f32>,
+    v: &Tensor<f32>,
+    x: &Tensor<f32>,
+    b: &Tensor<f32>,
+    m: &mut Tensor<f32>,
+    y: &mut Tensor<f32>,
+    chunks: usize,
+    heads: usize,
+    gb: usize,
+    gh: usize,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] d: usize,
+    #[comptime] dv: usize,
+    #[comptime] decayed: bool,
+    #[comptime] scores: bool,
+) {
+    let block = CUBE_POS;
+    // A grid spread over its axes may hold a few more cubes than blocks.
+    if block * c * d >= q.len() {
+        terminate!();
+    }
+    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
+    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, dv)));
+    let tau = UNIT_POS as usize;
+    let row = block * c + tau;
+    let gate = gate_start(block, chunks, heads, gb, gh, c);
+    let b_tau = log_decay(b, gate, tau, decayed);
+    let mut qt = Array::<f32>::new(d);
+    for i in 0..d {
+        qt[i] = q[row * d + i];
+    }
+    // diag(a^p) Q X: row τ is a^p_τ q_τᵀ X.
+    copy_in(x, &mut buf, block * d * dv, d * dv);
+    let mut acc = Array::<f32>::new(dv);
+    let a_p = (power * b_tau).exp();
+    for j in 0..dv {
+        let mut sum = 0.0f32;
+        for i in 0..d {
+            sum += qt[i] * buf[i * dv + j];
+        }
+        acc[j] = a_p * sum;
+    }
+    sync_cube();
+    // M's row τ and M V.
+    copy_in(r, &mut rows, block * c * d, c * d);
+    copy_in(v, &mut buf, block * c * dv, c * dv);
+    for sigma in 0..c {
+        let mut score = 0.0f32;
+        if sigma <= tau {
+            let mut dot = 0.0f32;
+            for i in 0..d {
+                dot += qt[i] * rows[sigma * d + i];
+            }
+            score = (power * (b_tau - log_decay(b, gate, sigma, decayed))).exp() * dot;
+            for j in 0..dv {
+                acc[j] += score * buf[sigma * dv + j];
+            }
+        }
+        if scores {
+            m[row * c + sigma] = score;
+        }
+    }
+    for j in 0..dv {
+        y[row * dv + j] = acc[j];
+    }
+}

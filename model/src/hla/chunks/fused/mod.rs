@@ -1,0 +1,234 @@
+//! The step every order's chunk equations end with, as one CubeCL kernel in shared memory:
+//! per chunk, with a state `X` at its start, keys-like rows `R` and values `V`,
+//!
+//! ```text
+//! M = D^p ⊙ (Q Rᵀ),   Y = diag(a^p) Q X + M V
+//! ```
+//!
+//! (first order: `R = K`, `X = S`, `Y = O`; hla2: `R = A`, `X = Z`, `p = 2`; AHLA twice,
+//! for `B` and `O`). The node's forward pass on a GPU device runs it in place of the
+//! composed matmuls, masks and scales wherever no gradient is tracked. One cube per chunk
+//! of every sequence and head, one unit per token: the cube copies `X`, then `R` and `V`,
+//! into shared memory once; each unit computes its token's rows from there, its query and
+//! accumulators in registers, and writes `M` (when asked) and `Y` once. The products run
+//! on the CUDA cores. Also the layout and the cube functions the orders' own fused kernels
+//! share ([`kernel`]).
+
+pub(crate) mod kernel;
+
+use burn::backend::TensorMetadata;
+use burn::backend::fusion::custom::TensorSpec;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, backend_extension};
+use burn::prelude::*;
+use burn::tensor::Shape;
+use burn_cubecl::CubeBackend;
+use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+
+use crate::backend::gpu::{cubes, empty, shared_bytes};
+use crate::hla::decay::Decay;
+use kernel::{output_kernel, shared_buffer};
+
+/// How a call's chunks are laid out: the heads, the chunks of a sequence, the gates'
+/// `[gb, gh]` and whether they decay (without, the gates are not read).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub(crate) heads: usize,
+    pub(crate) chunks: usize,
+    pub(crate) gates: [usize; 2],
+    pub(crate) decayed: bool,
+}
+
+/// What one output call computes: the decay's power `p` and whether `M` is written.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Output {
+    pub(crate) layout: Layout,
+    pub(crate) power: u32,
+    pub(crate) scores: bool,
+}
+
+/// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
+/// op). Shapes: `q`, `r` `[blocks, c, d]`, `v` `[blocks, c, dv]`, `x` `[blocks, d, dv]`,
+/// with blocks = batch × heads × chunks; the cumulative log gates `b [gb · gh, chunks ·
+/// c]`.
+#[backend_extension(Cube, Fusion)]
+pub(crate) trait ChunkOutput: Backend {
+    /// `(M [blocks, c, c], Y [blocks, c, dv])`; `M` is `[1]` and unwritten unless
+    /// `output.scores`.
+    #[fusion(meta = output_specs)]
+    fn chunk_output(
+        q: FloatTensor<Self>,
+        r: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        output: Output,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+fn output_specs(
+    q: &TensorSpec,
+    _r: &TensorSpec,
+    v: &TensorSpec,
+    _x: &TensorSpec,
+    _b: &TensorSpec,
+    output: &Output,
+) -> (TensorSpec, TensorSpec) {
+    let [blocks, c] = [q.shape[0], q.shape[1]];
+    let m = match output.scores {
+        true => Shape::new([blocks, c, c]),
+        false => Shape::new([1]),
+    };
+    (
+        TensorSpec::new(m, q.dtype),
+        TensorSpec::new(Shape::new([blocks, c, v.shape[2]]), q.dtype),
+    )
+}
+
+impl ChunkOutput for CubeBackend {
+    fn chunk_output(
+        q: FloatTensor<Self>,
+        r: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        output: Output,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [q, r, v, x, b] = [q, r, v, x, b].map(into_contiguous);
+        let ([blocks, c, d], dv) = (q.shape().dims::<3>(), v.shape().dims::<3>()[2]);
+        let m = match output.scores {
+            true => empty(&q, [blocks, c, c]),
+            false => empty(&q, [1]),
+        };
+        let y = empty(&q, [blocks, c, dv]);
+        let (count, dim) = grid(&q, blocks, c);
+        let Layout {
+            heads,
+            chunks,
+            gates: [gb, gh],
+            decayed,
+        } = output.layout;
+        output_kernel::launch(
+            &q.client.clone(),
+            count,
+            dim,
+            q.into_tensor_arg(),
+            r.into_tensor_arg(),
+            v.into_tensor_arg(),
+            x.into_tensor_arg(),
+            b.into_tensor_arg(),
+            m.clone().into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            chunks,
+            heads,
+            gb,
+            gh,
+            output.power as f32,
+            c,
+            d,
+            dv,
+            decayed,
+            output.scores,
+        );
+        (m, y)
+    }
+}
+
+/// A cube of `c` units per block.
+pub(crate) fn grid(like: &CubeTensor, blocks: usize, c: usize) -> (CubeCount, CubeDim) {
+    (cubes(like, blocks), CubeDim::new_1d(c as u32))
+}
+
+/// The chunks' tensors `[b, h, chunks, rows, cols]` as the kernels' `[blocks, rows, cols]`.
+pub(crate) fn blocks(x: &Tensor<5>) -> Tensor<3> {
+    let [b, h, n, rows, cols] = x.dims();
+    x.clone().reshape([b * h * n, rows, cols])
+}
+
+/// The kernels' `[blocks, rows, cols]` as `[b, h, chunks, rows, cols]` like `like`'s.
+pub(crate) fn chunked(x: FloatTensor<burn::backend::Dispatch>, like: &Tensor<5>) -> Tensor<5> {
+    let [b, h, n, ..] = like.dims();
+    let [_, rows, cols] = x.shape().dims::<3>();
+    Tensor::<3>::from_dispatch(x).reshape([b, h, n, rows, cols])
+}
+
+/// The call's layout and gates `b [gb · gh, chunks · c]` (without decay any tensor: the
+/// kernels do not read it), if the fused kernels take `tensors` (`q` first, `v`, of
+/// width `dv`, second): f32 on a CubeCL device that no gradient tracks, with the GPU
+/// kernels or the nodes on, every tensor with the query's batch and heads (not keys
+/// shared by the heads), a chunk no longer than a cube, and the shared tiles within the
+/// device's shared memory.
+pub(crate) fn layout(tensors: &[&Tensor<5>], decay: &Decay<5>) -> Option<(Layout, Tensor<2>)> {
+    use crate::backend::takes_gpu_step;
+    let (q, v) = (tensors[0], tensors[1]);
+    let [b, h, chunks, c, d] = q.dims();
+    let dv = v.dims()[4];
+    let device = q.device();
+    let floats = c * d + shared_buffer(c, d, dv);
+    let applies = tensors
+        .iter()
+        .all(|x| takes_gpu_step(*x) && x.dims()[..2] == [b, h])
+        && 4 * floats <= shared_bytes(&device)?
+        && c <= crate::backend::gpu::max_units(&device)?
+        && crate::backend::gpu::fits(&device, tensors.iter().map(|x| x.shape().num_elements()));
+    if !applies {
+        return None;
+    }
+    let gates = decay.log_decay();
+    let [gb, gh] = gates
+        .as_ref()
+        .map_or([1, 1], |g| [g.dims()[0], g.dims()[1]]);
+    let layout = Layout {
+        heads: h,
+        chunks,
+        gates: [gb, gh],
+        decayed: gates.is_some(),
+    };
+    let b = gates.map_or_else(
+        || q.clone().reshape([b * h * chunks, c * d]),
+        |g| g.reshape([gb * gh, chunks * c]),
+    );
+    Some((layout, b))
+}
+
+/// `(M, Y)` of every chunk (`[b, h, chunks, c, c]` when `scores`, `[.., c, dv]`) from `q`,
+/// `r`, `v` and `x` at every chunk's start, with the decay's power `power`, where the
+/// kernel takes them.
+pub(crate) fn output(
+    [q, r, v, x]: [&Tensor<5>; 4],
+    decay: &Decay<5>,
+    power: u32,
+    scores: bool,
+) -> Option<(Option<Tensor<5>>, Tensor<5>)> {
+    use burn::backend::Dispatch;
+    let (layout, b) = layout(&[q, v, r, x], decay)?;
+    let output = Output {
+        layout,
+        power,
+        scores,
+    };
+    let (m, y) = <Dispatch as ChunkOutput>::chunk_output(
+        blocks(q).into_dispatch(),
+        blocks(r).into_dispatch(),
+        blocks(v).into_dispatch(),
+        blocks(x).into_dispatch(),
+        b.into_dispatch(),
+        output,
+    );
+    let m = scores.then(|| {
+        let [bs, h, n, c, _] = q.dims();
+        Tensor::<3>::from_dispatch(m).reshape([bs, h, n, c, c])
+    });
+    Some((m, chunked(y, v)))
+}
+
+/// FLOPs of one chunk's work in the output kernel if fusion's custom op `id` is its (a
+/// chunk of `c` tokens, widths `d` and `dv`): the multiply-adds of its products, the
+/// masked ones over `σ ≤ τ` only.
+pub(crate) fn chunk_flops(id: &str, [c, d, dv]: [usize; 3]) -> Option<f64> {
+    let (c, d, dv) = (c as f64, d as f64, dv as f64);
+    id.contains("chunk_output")
+        .then_some(2.0 * c * d * dv + c * (c + 1.0) * (d + dv))
+}
