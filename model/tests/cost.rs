@@ -130,7 +130,7 @@ fn a_pass_moves_at_least_its_inputs_outputs_and_gradients() {
 
 /// The node's forward pass at [`SHAPE`] (gated, three chunks): its matmuls are the chunk
 /// equations' products the fused kernels do not compute (hla2's moments, and the output
-/// kernel of first order, hla2 and AHLA), each fused kernel runs as often as its order's
+/// kernel of every order), each fused kernel runs as often as its order's
 /// equations ask, and each state part's scan over the chunks runs as one kernel (no
 /// decay-mask products).
 #[test]
@@ -172,8 +172,8 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
 /// The FLOPs of the chunk equations' products that no fused kernel among `blocks`
 /// computes, after checking which fused kernels ran: hla2's moments (`Q Sᵀ`, `Q Kᵀ`,
 /// `W K`, `Aᵀ V`) and the output kernel (`Q X`, `Q Rᵀ`, `M V`) leave hla2 its `Kᵀ K`; the
-/// output kernel leaves first order its `Kᵀ V`; its two calls leave AHLA `Kᵀ V` and `Kᵀ B`;
-/// third order has no fused kernel.
+/// output kernel leaves first order its `Kᵀ V`; its two calls leave AHLA `Kᵀ V` and `Kᵀ B`,
+/// its three calls third order `Kᵀ K`, `Kᵀ V` and `Aᵀ B`.
 fn unfused(op: Operator, blocks: &[hla_model::backend::cost::Block]) -> f64 {
     let ran = |name: &str| {
         blocks
@@ -189,6 +189,7 @@ fn unfused(op: Operator, blocks: &[hla_model::backend::cost::Block]) -> f64 {
         Operator::Hla2Chunked => (1, 1, chunks * 2.0 * c * d * d),
         Operator::LinearChunked => (0, 1, chunks * 2.0 * c * d * dv),
         Operator::AhlaChunked => (0, 2, chunks * 4.0 * c * d * dv),
+        Operator::Hla3Chunked => (0, 3, chunks * (2.0 * c * d * d + 4.0 * c * d * dv)),
         _ => (0, 0, equations),
     };
     assert_eq!(

@@ -151,8 +151,8 @@ fn gpu_kernels_match_their_composed_forms() {
 /// [`gpu_kernels_match_their_composed_forms`], data-dependent gates with their gradient
 /// included. The nodes' math is the CPU tests' (`hla::kernel_tests`, every gate and
 /// length); here each order takes the gated ragged case, and hla2 a length of one and
-/// the fixed decay over several chunks too (each shape costs shader compiles). The nodes
-/// of first order, hla2 and AHLA run their fused forward kernels in every case.
+/// the fixed decay over several chunks too (each shape costs shader compiles). Every
+/// order's node runs its fused forward kernels in every case.
 #[test]
 fn nodes_match_their_composed_forms() {
     let _switch = kernels(Kernels::Nodes);
@@ -174,7 +174,6 @@ fn nodes_match_their_composed_forms() {
         let (err, names) = launched(|| kernel_vs_composed(&case, chunk));
         let fused: &[&str] = match order {
             Order::Second => &["moments_kernel", "output_kernel"],
-            Order::Third => &[],
             _ => &["output_kernel"],
         };
         for name in fused {

@@ -16,13 +16,17 @@
 //! (`Q Sᵀ` has rows `(S q_u)ᵀ`: `S` is symmetric when built from keys, and the
 //! transpose keeps the forms equal for any initial state.)
 //!
+//! On a GPU device the node's forward pass computes `(W^γ, B)`, `A` and `(T, O)` with one
+//! kernel each (`crate::hla::chunks::fused`: `A` and `B` share the form of an output).
+//!
 //! Without decay this is docs/math.md's `O_c = Q_c Y + (T ⊙ L) B`, `Y += Aᵀ B`, with
 //! `T ⊙ L = (Q Aᵀ) ⊙ L` computed without the C³ product `W Wᵀ`.
 
 use burn::prelude::*;
 
 use super::State;
-use crate::hla::{HlaInput, chunks::Chunked};
+use crate::hla::HlaInput;
+use crate::hla::chunks::{Chunked, fused_output};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -66,18 +70,32 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
     let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
-    let w = decay.mask(q.clone().matmul(kt), 1);
-    let a =
-        decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0) + w.clone().matmul(k);
-    let b = decay.since_start(q.clone().matmul(p_start.clone()), 1.0) + w.clone().matmul(v);
+    let s_t = s_start.clone().transpose();
+    let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true).and_then(|(w, b)| {
+        let (_, a) = fused_output([&q, &k, &k, &s_t], &decay, 1, false)?;
+        Some((w.expect("the scores, asked for"), a, b))
+    });
+    let (w, a, b) = fused.unwrap_or_else(|| {
+        let w = decay.mask(q.clone().matmul(kt), 1);
+        let a = decay.since_start(q.clone().matmul(s_t), 1.0) + w.clone().matmul(k.clone());
+        let b = decay.since_start(q.clone().matmul(p_start.clone()), 1.0) + w.clone().matmul(v);
+        (w, a, b)
+    });
 
     let dy = a
         .clone()
         .transpose()
         .matmul(decay.until_end(b.clone(), 3.0));
     let (y_start, y) = chunks.scan(state.y, dy, &decay, 3.0);
-    let t = decay.mask(q.clone().matmul(a.clone().transpose()), 3);
-    let o = decay.since_start(q.matmul(y_start.clone()), 3.0) + t.clone().matmul(b.clone());
+    let fused = fused_output([&q, &a, &b, &y_start], &decay, 3, true);
+    let (t, o) = match fused {
+        Some((t, o)) => (t.expect("the scores, asked for"), o),
+        None => {
+            let t = decay.mask(q.clone().matmul(a.clone().transpose()), 3);
+            let o = decay.since_start(q.matmul(y_start.clone()), 3.0) + t.clone().matmul(b.clone());
+            (t, o)
+        }
+    };
     Products {
         o: chunks.merge(o),
         state: State { s, p, y },

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! (first order: `R = K`, `X = S`, `Y = O`; hla2: `R = A`, `X = Z`, `p = 2`; AHLA twice,
-//! for `B` and `O`). The node's forward pass on a GPU device runs it in place of the
+//! for `B` and `O`; third order three times, for `B`, for `A` (`V = K`, `X = Sᵀ`) and for
+//! `O` with `p = 3`). The node's forward pass on a GPU device runs it in place of the
 //! composed matmuls, masks and scales wherever no gradient is tracked. One cube per chunk
 //! of every sequence and head, one unit per token: the cube copies `X`, then `R` and `V`,
 //! into shared memory once; each unit computes its token's rows from there, its query and
