@@ -150,9 +150,11 @@ fn gpu_kernels_match_their_composed_forms() {
 /// composed forms on the GPU device, through Burn's fusion: as
 /// [`gpu_kernels_match_their_composed_forms`], data-dependent gates with their gradient
 /// included. The nodes' math is the CPU tests' (`hla::kernel_tests`, every gate and
-/// length); here each order takes the gated ragged case, and hla2 a length of one and
-/// the fixed decay over several chunks too (each shape costs shader compiles). Every
-/// order's node runs its fused forward kernels in every case.
+/// length); here each order takes the gated ragged case, hla2 a length of one and the
+/// fixed decay over several chunks too, first and third order a case without the gates'
+/// gradient (each shape costs shader compiles). Every order's node runs its fused
+/// forward kernels in every case, and its fused backward kernel wherever the gates need
+/// no gradient.
 #[test]
 fn nodes_match_their_composed_forms() {
     let _switch = kernels(Kernels::Nodes);
@@ -163,6 +165,8 @@ fn nodes_match_their_composed_forms() {
         .to_vec();
     cases.push((Order::Second, Gates::None, (1, 8, 4)));
     cases.push((Order::Second, Gates::Fixed, (40, 16, 6)));
+    cases.push((Order::First, Gates::Fixed, (17, 8, 4)));
+    cases.push((Order::Third, Gates::None, (17, 8, 4)));
     for (order, gates, (time, chunk, dv)) in cases {
         let case = Case {
             gates,
@@ -172,10 +176,14 @@ fn nodes_match_their_composed_forms() {
             ..Case::new(order)
         };
         let (err, names) = launched(|| kernel_vs_composed(&case, chunk));
-        let fused: &[&str] = match order {
-            Order::Second => &["moments_kernel", "output_kernel"],
-            _ => &["output_kernel"],
+        let mut fused = match order {
+            Order::Second => vec!["moments_kernel", "output_kernel"],
+            _ => vec!["output_kernel"],
         };
+        // The backward's moment products, where the gates need no gradient.
+        if !matches!(gates, Gates::Data { .. }) && order != Order::Asymmetric {
+            fused.push("grads_kernel");
+        }
         for name in fused {
             assert!(
                 names.iter().any(|n| n.contains(name)),

@@ -32,6 +32,8 @@ pub struct Block {
     pub bytes: f64,
     /// The id of the custom op it ran (a hand-written kernel), if it ran one.
     pub custom: Option<String>,
+    /// The shapes of that custom op's inputs (none without one).
+    pub custom_inputs: Vec<Vec<usize>>,
 }
 
 /// Runs `work` as a dry run on `device` (a CubeCL device) and returns the blocks it ran,
@@ -135,10 +137,17 @@ fn made_in(ran: &Ran) -> impl Iterator<Item = &TensorIr> {
 }
 
 fn cost(ran: &Ran, read_later: &HashSet<TensorId>) -> Block {
-    let custom = ran.operations.iter().find_map(|op| match op {
-        OperationIr::Custom(CustomOpIr { id, .. }) => Some(id.clone()),
-        _ => None,
-    });
+    let (custom, custom_inputs) = ran
+        .operations
+        .iter()
+        .find_map(|op| match op {
+            OperationIr::Custom(CustomOpIr { id, inputs, .. }) => Some((
+                Some(id.clone()),
+                inputs.iter().map(|t| t.shape.to_vec()).collect(),
+            )),
+            _ => None,
+        })
+        .unwrap_or_default();
     if ran.launches == 0 {
         return Block {
             launches: 0,
@@ -146,6 +155,7 @@ fn cost(ran: &Ran, read_later: &HashSet<TensorId>) -> Block {
             other_flops: 0.0,
             bytes: 0.0,
             custom,
+            custom_inputs,
         };
     }
     let made: HashSet<TensorId> = made_in(ran).map(|t| t.id).collect();
@@ -181,6 +191,7 @@ fn cost(ran: &Ran, read_later: &HashSet<TensorId>) -> Block {
         other_flops,
         bytes,
         custom,
+        custom_inputs,
     }
 }
 

@@ -125,17 +125,26 @@ impl KernelFlops {
         } else {
             (Kernels::None, 0.5)
         };
-        let matmuls = |blocks: Vec<Block>| -> f64 {
+        let matmuls = |blocks: &[Block]| -> f64 {
             share * blocks.iter().map(|b| b.matmul_flops).sum::<f64>()
         };
-        let forward = matmuls(observe(op, route, shape, device, false)?);
-        let both = matmuls(observe(op, route, shape, device, true)?);
-        // The node's fused kernels (hla2's forward products) are no matmuls: what they
-        // took is the chunk equations' count less the forward's matmuls, in both passes.
+        let kernels = |blocks: &[Block]| -> f64 {
+            let steps = blocks
+                .iter()
+                .filter_map(|b| node_kernel(b, b.custom.as_deref()?));
+            steps.map(|step| step.flops).sum()
+        };
+        let forward_blocks = observe(op, route, shape, device, false)?;
+        let both_blocks = observe(op, route, shape, device, true)?;
+        let (forward, both) = (matmuls(&forward_blocks), matmuls(&both_blocks));
+        // The node's fused forward kernels are no matmuls: what they took is the chunk
+        // equations' count less the forward's matmuls, in both passes; its fused backward
+        // kernels count their own products.
         let fused = op.chunked_flops(shape).map_or(0.0, |all| all - forward);
+        let backward_kernels = kernels(&both_blocks) - kernels(&forward_blocks);
         Ok(Self {
             forward: forward + fused,
-            backward: both + fused,
+            backward: both + fused + backward_kernels,
         })
     }
 }
@@ -143,7 +152,7 @@ impl KernelFlops {
 /// A block as a step.
 fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops>) -> Step {
     let custom = block.custom.as_deref();
-    if let Some(step) = custom.and_then(|id| node_kernel(block, id, shape)) {
+    if let Some(step) = custom.and_then(|id| node_kernel(block, id)) {
         return step;
     }
     let (engine, flops, inside) = match (custom, kernel) {
@@ -171,18 +180,20 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
 }
 
 /// A block that ran one of the node's fused kernels (`crate::hla::chunks::fused`,
-/// `crate::hla::second::fused`): one cube
-/// per chunk of every sequence, the FLOPs of its products, no global traffic but its
-/// inputs and outputs (it reads each once into shared memory).
-fn node_kernel(block: &Block, id: &str, shape: &Shape5) -> Option<Step> {
-    let sizes = [shape.chunk, shape.d, shape.dv];
-    let per_chunk = crate::hla::chunks::fused::chunk_flops(id, sizes)
-        .or_else(|| crate::hla::second::fused::chunk_flops(id, sizes))?;
-    let chunks = shape.batch * shape.heads * shape.time.div_ceil(shape.chunk);
+/// `crate::hla::second::fused`, `crate::hla::node::fused`): one cube per chunk of every
+/// sequence, the FLOPs of its products, no global traffic but its inputs and outputs (it
+/// reads each once into shared memory).
+fn node_kernel(block: &Block, id: &str) -> Option<Step> {
+    let inputs = &block.custom_inputs;
+    let flops = crate::hla::chunks::fused::flops(id, inputs)
+        .or_else(|| crate::hla::second::fused::flops(id, inputs))
+        .or_else(|| crate::hla::node::fused::flops(id, inputs))?;
     Some(Step {
-        engine: Engine::Kernel { cubes: chunks },
+        engine: Engine::Kernel {
+            cubes: inputs[0][0],
+        },
         launches: block.launches,
-        flops: per_chunk * chunks as f64,
+        flops,
         bytes: block.bytes,
     })
 }

@@ -17,7 +17,7 @@ use burn::prelude::*;
 use super::State;
 use super::chunked::{Products, products};
 use crate::hla::HlaInput;
-use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts, rows};
+use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
 pub(crate) const NODE: NodeKernels = NodeKernels {
@@ -57,15 +57,7 @@ fn backward(
     // ∂S after every chunk; ∂Q's term through S.
     let s = pass.read(&q, g.clone(), (s_start, ds_last), 1.0, false);
 
-    // G; ∂Q, ∂K, ∂V.
-    let gm = pass.masked(g.clone().matmul(v.clone().transpose()), 1, &scores);
-    let dq = s.dq + gm.clone().matmul(k.clone());
-    let ev = pass.decay.until_end(v.clone(), 1.0);
-    let dk = gm.transpose().matmul(q) + ev.matmul(s.after.clone().transpose());
-    let ek_ds = pass.decay.until_end(k, 1.0).matmul(s.after);
-    if let Some(gate) = pass.gate() {
-        gate.until_end(1.0, rows(ek_ds.clone(), v));
-    }
-    let dv = scores.transpose().matmul(g) + ek_ds;
-    pass.finish([dq, dk, dv], vec![s.first])
+    // G; ∂V, ∂K, ∂Q's term G K.
+    let [dv, dk, dq_g] = pass.moment_product(&q, g, (k, v, scores), s.after, 1);
+    pass.finish([s.dq + dq_g, dk, dv], vec![s.first])
 }

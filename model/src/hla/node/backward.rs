@@ -94,10 +94,13 @@ impl Backward {
         }
     }
 
-    /// The output term that second and third order share, `T U` with `T = (Q Aᵀ) ⊙ D^p`
-    /// (`U`: V for hla2, p = 2; B for third order, p = 3), with `A` entering the state
-    /// they read, `X ← ρ^p X + Aᵀ diag(e^p) U`: from `∂O`, `(A, U, T)` and `X`'s gradient
-    /// after every chunk, `[∂U, ∂A, ∂Q's term G A]` with `G = (∂O Uᵀ) ⊙ D^p`.
+    /// A product `Y = T U` with `T = (Q Aᵀ) ⊙ D^p`, with `A` entering the state `Y` reads,
+    /// `X ← ρ^p X + Aᵀ diag(e^p) U`: from `∂Y`, `(A, U, T)` and `X`'s gradient after
+    /// every chunk, `[∂U, ∂A, ∂Q's term G A]` with `G = (∂Y Uᵀ) ⊙ D^p`. First order's
+    /// output (`A = K`, `U = V`, `X = S`), hla2's (`A`, `V`, `Z`, p = 2) and its `A`'s
+    /// `W K` (`A = U = K`, `T = W`, `X = S`; `∂K` the sum of the first two), third order's
+    /// (`A`, `B`, `Y`, p = 3). On a GPU device without the gates' gradient, one kernel
+    /// ([`super::fused`]).
     pub(crate) fn moment_product(
         &mut self,
         q: &Tensor<5>,
@@ -106,6 +109,11 @@ impl Backward {
         x_after: Tensor<5>,
         p: u32,
     ) -> [Tensor<5>; 3] {
+        if self.gate.is_none()
+            && let Some(grads) = fused_moment_grads(q, &g, [&a, &u, &t], &x_after, &self.decay, p)
+        {
+            return grads;
+        }
         let power = f64::from(p);
         let gm = self.masked(g.clone().matmul(u.clone().transpose()), p, &t);
         let ea_dx = self
@@ -165,4 +173,24 @@ pub(crate) fn rows(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
 /// `⟨x, y⟩` per chunk, `[.., 1, 1]`.
 pub(crate) fn whole(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
     (x * y).sum_dim(4).sum_dim(3)
+}
+
+/// `[∂U, ∂A, G A]` of [`Backward::moment_product`] by the GPU kernel ([`super::fused`])
+/// where it applies (the node's backward pass on a GPU device, no gradient for the
+/// gates); `None` elsewhere.
+fn fused_moment_grads(
+    q: &Tensor<5>,
+    dy: &Tensor<5>,
+    aut: [&Tensor<5>; 3],
+    x_after: &Tensor<5>,
+    decay: &Decay<5>,
+    power: u32,
+) -> Option<[Tensor<5>; 3]> {
+    #[cfg(gpu_kernels)]
+    return super::fused::moment_grads(q, dy, aut, x_after, decay, power);
+    #[cfg(not(gpu_kernels))]
+    {
+        let _ = (q, dy, aut, x_after, decay, power);
+        None
+    }
 }

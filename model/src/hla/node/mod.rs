@@ -10,6 +10,8 @@
 //! the composed form stays its test oracle.
 
 mod backward;
+#[cfg(gpu_kernels)]
+pub(crate) mod fused;
 mod ops;
 
 pub(crate) use backward::{Backward, parts, rows};

@@ -21,7 +21,7 @@ use burn::prelude::*;
 use super::State;
 use super::chunked::{Products, products};
 use crate::hla::HlaInput;
-use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts, rows};
+use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
 pub(crate) const NODE: NodeKernels = NodeKernels {
@@ -74,16 +74,7 @@ fn backward(
     let s = pass.read(&q, da.clone(), (s_start, ds_last), 1.0, true);
     let dq = dq + s.dq;
 
-    // H, ∂K; ∂Q's term through W.
-    let hm = pass.masked(da.clone().matmul(k.clone().transpose()), 1, &w);
-    let dk = w.transpose().matmul(da) + hm.clone().transpose().matmul(q);
-    let dq = dq + hm.matmul(k.clone());
-    let ek = pass.decay.until_end(k.clone(), 1.0);
-    let ek_sym = ek.matmul(s.after.clone() + s.after.transpose());
-    if let Some(gate) = pass.gate() {
-        // k_τᵀ ∂S k_τ, half of k_τᵀ (∂S + ∂Sᵀ) k_τ.
-        gate.until_end(1.0, rows(ek_sym.clone(), k) * 0.5);
-    }
-    let dk = dk + ek_sym;
-    pass.finish([dq, dk, dv], vec![s.first, z.first])
+    // H, ∂K; ∂Q's term through W (the moment product of A's W K).
+    let [dk_w, dk_h, dq_h] = pass.moment_product(&q, da, (k.clone(), k, w), s.after, 1);
+    pass.finish([dq + dq_h, dk_w + dk_h, dv], vec![s.first, z.first])
 }

@@ -41,15 +41,49 @@ pub(crate) fn log_decay(
 
 /// Where chunk `block`'s gates start in `b [gb · gh, chunks · c]`.
 #[cube]
-pub(crate) fn gate_start(
+fn gate_start(block: usize, chunks: usize, heads: usize, gb: usize, gh: usize, c: usize) -> usize {
+    (gate_row(block / chunks, heads, gb, gh) * chunks + block % chunks) * c
+}
+
+/// The token a unit owns: `τ`, its row in the `[blocks · c, ·]` tensors, where its
+/// chunk's gates start in `b` and `b_τ`.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Token {
+    pub(crate) tau: usize,
+    pub(crate) row: usize,
+    pub(crate) gate: usize,
+    pub(crate) b_tau: f32,
+}
+
+/// This unit's token of chunk `block` (one unit per token).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn token(
+    b: &Tensor<f32>,
     block: usize,
     chunks: usize,
     heads: usize,
     gb: usize,
     gh: usize,
-    c: usize,
-) -> usize {
-    (gate_row(block / chunks, heads, gb, gh) * chunks + block % chunks) * c
+    #[comptime] c: usize,
+    #[comptime] decayed: bool,
+) -> Token {
+    let tau = UNIT_POS as usize;
+    let gate = gate_start(block, chunks, heads, gb, gh, c);
+    Token {
+        tau,
+        row: block * c + tau,
+        gate,
+        b_tau: log_decay(b, gate, tau, decayed),
+    }
+}
+
+/// `out[..n] = x[row · n..(row + 1) · n]`, a row into registers.
+#[cube]
+pub(crate) fn load_row(x: &Tensor<f32>, row: usize, out: &mut Array<f32>, #[comptime] n: usize) {
+    for i in 0..n {
+        out[i] = x[row * n + i];
+    }
 }
 
 /// `M = D^p ⊙ (Q Rᵀ)` (written when `scores`) and `Y = diag(a^p) Q X + M V` of every
@@ -82,14 +116,14 @@ pub(crate) fn output_kernel(
     }
     let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
     let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, dv)));
-    let tau = UNIT_POS as usize;
-    let row = block * c + tau;
-    let gate = gate_start(block, chunks, heads, gb, gh, c);
-    let b_tau = log_decay(b, gate, tau, decayed);
+    let Token {
+        tau,
+        row,
+        gate,
+        b_tau,
+    } = token(b, block, chunks, heads, gb, gh, c, decayed);
     let mut qt = Array::<f32>::new(d);
-    for i in 0..d {
-        qt[i] = q[row * d + i];
-    }
+    load_row(q, row, &mut qt, d);
     // diag(a^p) Q X: row τ is a^p_τ q_τᵀ X.
     copy_in(x, &mut buf, block * d * dv, d * dv);
     let mut acc = Array::<f32>::new(dv);

@@ -225,11 +225,19 @@ pub(crate) fn output(
     Some((m, chunked(y, v)))
 }
 
-/// FLOPs of one chunk's work in the output kernel if fusion's custom op `id` is its (a
-/// chunk of `c` tokens, widths `d` and `dv`): the multiply-adds of its products, the
-/// masked ones over `σ ≤ τ` only.
-pub(crate) fn chunk_flops(id: &str, [c, d, dv]: [usize; 3]) -> Option<f64> {
-    let (c, d, dv) = (c as f64, d as f64, dv as f64);
-    id.contains("chunk_output")
-        .then_some(2.0 * c * d * dv + c * (c + 1.0) * (d + dv))
+/// FLOPs of the output kernel if fusion's custom op `id` is its, from its inputs' shapes
+/// (`q [blocks, c, d]`, `r`, `v [blocks, c, dv]`, ...): the multiply-adds of its products,
+/// the masked ones over `σ ≤ τ` only.
+pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
+    if !id.contains("chunk_output") {
+        return None;
+    }
+    let [blocks, c, d] = sizes(&inputs[0]);
+    let dv = sizes(&inputs[2])[2];
+    Some(blocks * (2.0 * c * d * dv + c * (c + 1.0) * (d + dv)))
+}
+
+/// A `[blocks, rows, cols]` shape as floats.
+pub(crate) fn sizes(shape: &[usize]) -> [f64; 3] {
+    [shape[0], shape[1], shape[2]].map(|n| n as f64)
 }

@@ -4,12 +4,14 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use crate::hla::chunks::fused::kernel::{copy_in, gate_start, log_decay, shared_buffer};
+use crate::hla::chunks::fused::kernel::{
+    Token, copy_in, load_row, log_decay, shared_buffer, token,
+};
 
 /// The moments of every chunk, one cube per block and one unit per token `τ`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn moments_kernel(
+pub(crate) fn moments_kernel(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
@@ -34,14 +36,14 @@ pub(super) fn moments_kernel(
     }
     let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
     let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, dv)));
-    let tau = UNIT_POS as usize;
-    let row = block * c + tau;
-    let gate = gate_start(block, chunks, heads, gb, gh, c);
-    let b_tau = log_decay(b, gate, tau, decayed);
+    let Token {
+        tau,
+        row,
+        gate,
+        b_tau,
+    } = token(b, block, chunks, heads, gb, gh, c, decayed);
     let mut qt = Array::<f32>::new(d);
-    for x in 0..d {
-        qt[x] = q[row * d + x];
-    }
+    load_row(q, row, &mut qt, d);
     // diag(a) Q Sᵀ: row τ is a_τ (S q_τ)ᵀ.
     copy_in(s, &mut buf, block * d * d, d * d);
     let mut acc = Array::<f32>::new(d);

@@ -12,7 +12,7 @@
 //! from the `A` it keeps in shared memory. Each of `W`, `A` and `ΔZ` is written once. The
 //! products run on the CUDA cores.
 
-mod kernel;
+pub(crate) mod kernel;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -24,7 +24,7 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 
 use crate::backend::gpu::empty;
-use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout};
+use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout, sizes};
 use crate::hla::decay::Decay;
 use kernel::moments_kernel;
 
@@ -106,13 +106,16 @@ impl Hla2Fused for CubeBackend {
     }
 }
 
-/// FLOPs of one chunk's work in the moments kernel if fusion's custom op `id` is its (a
-/// chunk of `c` tokens, widths `d` and `dv`): the multiply-adds of its products, `W` and
-/// `W K` over `σ ≤ τ` only.
-pub(crate) fn chunk_flops(id: &str, [c, d, dv]: [usize; 3]) -> Option<f64> {
-    let (c, d, dv) = (c as f64, d as f64, dv as f64);
-    id.contains("hla2_moments")
-        .then_some(2.0 * c * d * d + 2.0 * c * (c + 1.0) * d + 2.0 * c * d * dv)
+/// FLOPs of the moments kernel if fusion's custom op `id` is its, from its inputs' shapes
+/// (`q`, `k [blocks, c, d]`, `v [blocks, c, dv]`, ...): the multiply-adds of its products,
+/// `W` and `W K` over `σ ≤ τ` only.
+pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
+    if !id.contains("hla2_moments") {
+        return None;
+    }
+    let [blocks, c, d] = sizes(&inputs[0]);
+    let dv = sizes(&inputs[2])[2];
+    Some(blocks * (2.0 * c * d * d + 2.0 * c * (c + 1.0) * d + 2.0 * c * d * dv))
 }
 
 /// `(W, A, ΔZ)` of every chunk (`[b, h, chunks, c, c]`, `[.., c, d]`, `[.., d, dv]`) from

@@ -1,0 +1,127 @@
+//! The moment product's gradient kernel of [`super`]: one cube per chunk of every sequence
+//! and head, one unit per token of the chunk.
+
+use burn_cubecl::cubecl;
+use cubecl::prelude::*;
+
+use crate::hla::chunks::fused::kernel::{
+    Token, copy_in, load_row, log_decay, shared_buffer, token,
+};
+
+/// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
+/// token `τ`; `n` is the width of `U` and `∂Y`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grads_kernel(
+    q: &Tensor<f32>,
+    dy: &Tensor<f32>,
+    a: &Tensor<f32>,
+    u: &Tensor<f32>,
+    t: &Tensor<f32>,
+    x: &Tensor<f32>,
+    b: &Tensor<f32>,
+    du: &mut Tensor<f32>,
+    da: &mut Tensor<f32>,
+    dq: &mut Tensor<f32>,
+    chunks: usize,
+    heads: usize,
+    gb: usize,
+    gh: usize,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] d: usize,
+    #[comptime] n: usize,
+    #[comptime] decayed: bool,
+) {
+    let block = CUBE_POS;
+    // A grid spread over its axes may hold a few more cubes than blocks.
+    if block * c * d >= q.len() {
+        terminate!();
+    }
+    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
+    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, n)));
+    let Token {
+        tau,
+        row,
+        gate,
+        b_tau,
+    } = token(b, block, chunks, heads, gb, gh, c, decayed);
+    let mut a_tau = Array::<f32>::new(d);
+    let mut u_tau = Array::<f32>::new(n);
+    load_row(a, row, &mut a_tau, d);
+    load_row(u, row, &mut u_tau, n);
+
+    // diag(e^p) A X and diag(e^p) U Xᵀ: rows τ are e^p_τ a_τᵀ X and e^p_τ (X u_τ)ᵀ.
+    copy_in(x, &mut buf, block * d * n, d * n);
+    let e_p = (power * (log_decay(b, gate, c - 1, decayed) - b_tau)).exp();
+    let mut acc_u = Array::<f32>::new(n);
+    for j in 0..n {
+        let mut sum = 0.0f32;
+        for i in 0..d {
+            sum += a_tau[i] * buf[i * n + j];
+        }
+        acc_u[j] = e_p * sum;
+    }
+    let mut acc_a = Array::<f32>::new(d);
+    for i in 0..d {
+        let mut sum = 0.0f32;
+        for j in 0..n {
+            sum += u_tau[j] * buf[i * n + j];
+        }
+        acc_a[i] = e_p * sum;
+    }
+    sync_cube();
+
+    // Tᵀ ∂Y and Gᵀ Q: columns τ of T and of G = D^p ⊙ (∂Y Uᵀ), over the tokens σ ≥ τ.
+    copy_in(q, &mut rows, block * c * d, c * d);
+    copy_in(dy, &mut buf, block * c * n, c * n);
+    for sigma in 0..c {
+        if sigma >= tau {
+            let t_st = t[(block * c + sigma) * c + tau];
+            let mut dot = 0.0f32;
+            for j in 0..n {
+                let dy_sj = buf[sigma * n + j];
+                dot += dy_sj * u_tau[j];
+                acc_u[j] += t_st * dy_sj;
+            }
+            let g = (power * (log_decay(b, gate, sigma, decayed) - b_tau)).exp() * dot;
+            for i in 0..d {
+                acc_a[i] += g * rows[sigma * d + i];
+            }
+        }
+    }
+    for j in 0..n {
+        du[row * n + j] = acc_u[j];
+    }
+    for i in 0..d {
+        da[row * d + i] = acc_a[i];
+    }
+    let mut dy_tau = Array::<f32>::new(n);
+    for j in 0..n {
+        dy_tau[j] = buf[tau * n + j];
+    }
+    sync_cube();
+
+    // G A: row τ of G over the tokens σ ≤ τ.
+    copy_in(a, &mut rows, block * c * d, c * d);
+    copy_in(u, &mut buf, block * c * n, c * n);
+    let mut acc_q = Array::<f32>::new(d);
+    for i in 0..d {
+        acc_q[i] = 0.0;
+    }
+    for sigma in 0..c {
+        if sigma <= tau {
+            let mut dot = 0.0f32;
+            for j in 0..n {
+                dot += dy_tau[j] * buf[sigma * n + j];
+            }
+            let g = (power * (b_tau - log_decay(b, gate, sigma, decayed))).exp() * dot;
+            for i in 0..d {
+                acc_q[i] += g * rows[sigma * d + i];
+            }
+        }
+    }
+    for i in 0..d {
+        dq[row * d + i] = acc_q[i];
+    }
+}
