@@ -3,7 +3,9 @@
 # Debian's llvm-22-dev instead of the archive its build would download.
 #
 #   scripts/cuda-build.sh [cargo build arguments]    # cargo build --release --features cuda …
-#   scripts/cuda-build.sh --test [test arguments]    # then train/tests/cuda.rs (no GPU needed)
+#   scripts/cuda-build.sh --test [test arguments]    # then the PTX tests of hla-model
+#                                                    # (src/ptx_tests.rs) and train/tests/cuda.rs
+#                                                    # (no GPU needed)
 #   scripts/cuda-build.sh --setup-only               # only the LLVM set-up below
 #
 # Why this works, read from the sources of the crates Cargo.lock pins:
@@ -147,17 +149,24 @@ fi
 # knows and says so in a cargo warning (CUDARC_CUDA_VERSION, e.g. 12080, chooses another).
 if [ "$mode" = test ]; then
     cargo build --release --features cuda
-    executable="$(cargo test --release --features cuda --test cuda --no-run --message-format=json |
+    # hla-model's PTX tests (src/ptx_tests.rs: every GPU kernel through the linked LLVM) and
+    # the binary's own (train/tests/cuda.rs), both from the workspace's test build (one
+    # build of Burn for the two).
+    ptx="$(cargo test --release --features cuda --lib --no-run --message-format=json |
+        grep '"target":{[^}]*"name":"hla_model"' |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')"
+    cli="$(cargo test --release --features cuda --test cuda --no-run --message-format=json |
         grep '"target":{[^}]*"name":"cuda"' |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')"
-    # The kernel the test compiles calls exp: libdevice, from PyPI when no toolkit has it.
-    # CUDA_PATH is given to the test only: cudarc's build watches it, and a change rebuilds
+    # The kernels the tests compile call exp: libdevice, from PyPI when no toolkit has it.
+    # CUDA_PATH is given to the tests only: cudarc's build watches it, and a change rebuilds
     # Burn.
     if [ -z "${CUDA_PATH:-}" ]; then
         libdevice="$(scripts/cuda-libdevice.sh)"
         eval "$libdevice"
     fi
+    (cd model && env CUDA_PATH="$CUDA_PATH" "$ptx" ptx_tests "$@")
     cd train
-    exec env CUDA_PATH="$CUDA_PATH" "$executable" "$@"
+    exec env CUDA_PATH="$CUDA_PATH" "$cli" "$@"
 fi
 exec cargo build --release --features cuda "$@"

@@ -12,5 +12,7 @@ pub mod bench;
 pub mod hla;
 pub mod lm;
 pub mod optim;
+#[cfg(all(test, feature = "cuda"))]
+mod ptx_tests;
 #[cfg(test)]
 mod testing;

@@ -1,8 +1,8 @@
 //! The cost model (`hla_model::bench::cost`) against what the wgpu device runs (lavapipe in
 //! CI): its dry run launches the kernels a real pass launches, a pass moves at least its
 //! inputs, outputs and gradients, the node's forward products are the chunk equations'
-//! count, its scans one kernel each, and its backward runs a fused kernel per moment
-//! product. The tests take turns: they switch the process-wide
+//! count, its scans one kernel each, and its backward runs a fused kernel per state read
+//! and per moment product. The tests take turns: they switch the process-wide
 //! kernels.
 #![cfg(feature = "wgpu")]
 
@@ -171,32 +171,35 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
 }
 
 /// The node's backward pass at [`SHAPE`] (the fixed decay: the gates need no gradient)
-/// runs the moment product's fused kernel once per product its order's equations have:
-/// first order's output, hla2's output and `W K`, third order's output; none for AHLA
-/// (its products sum two terms), which keeps its composed steps.
+/// runs a fused kernel per state part it reads (before each scan back) and per moment
+/// product its order's equations have: first order's output, hla2's output and `W K`,
+/// third order's output, `W K` and `W V`, AHLA's `A B` and `A V`.
 #[test]
-fn the_nodes_backward_runs_a_fused_kernel_per_moment_product() {
+fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
     let _turn = turn();
-    for (op, products) in [
-        (Operator::Hla2Chunked, 2),
-        (Operator::Hla3Chunked, 1),
-        (Operator::LinearChunked, 1),
-        (Operator::AhlaChunked, 0),
+    for (op, reads, products) in [
+        (Operator::Hla2Chunked, 2, 2),
+        (Operator::Hla3Chunked, 3, 3),
+        (Operator::LinearChunked, 1, 1),
+        (Operator::AhlaChunked, 2, 2),
     ] {
         let device = gpu().autodiff();
         let inputs = inputs(&device);
         let (_, blocks) = blocks(&device, || pass(op, Kernels::Nodes, &inputs, &device))
             .expect("a dry run of the pass");
-        let ran: usize = blocks
-            .iter()
-            .filter(|b| {
-                b.custom
-                    .as_deref()
-                    .is_some_and(|id| id.contains("moment_grads"))
-            })
-            .map(|b| b.launches)
-            .sum();
-        assert_eq!(ran, products, "{op:?}: the moment product's kernel");
+        let ran = |name: &str| -> usize {
+            blocks
+                .iter()
+                .filter(|b| b.custom.as_deref().is_some_and(|id| id.contains(name)))
+                .map(|b| b.launches)
+                .sum()
+        };
+        assert_eq!(ran("state_read"), reads, "{op:?}: the reads' kernel");
+        assert_eq!(
+            ran("moment_grads"),
+            products,
+            "{op:?}: the moment product's kernel"
+        );
     }
 }
 

@@ -151,9 +151,9 @@ fn gpu_kernels_match_their_composed_forms() {
 /// [`gpu_kernels_match_their_composed_forms`], data-dependent gates with their gradient
 /// included. The nodes' math is the CPU tests' (`hla::kernel_tests`, every gate and
 /// length); here each order takes the gated ragged case, hla2 a length of one and the
-/// fixed decay over several chunks too, first and third order a case without the gates'
+/// fixed decay over several chunks too, every other order a case without the gates'
 /// gradient (each shape costs shader compiles). Every order's node runs its fused
-/// forward kernels in every case, and its fused backward kernel wherever the gates need
+/// forward kernels in every case, and its fused backward kernels wherever the gates need
 /// no gradient.
 #[test]
 fn nodes_match_their_composed_forms() {
@@ -167,6 +167,7 @@ fn nodes_match_their_composed_forms() {
     cases.push((Order::Second, Gates::Fixed, (40, 16, 6)));
     cases.push((Order::First, Gates::Fixed, (17, 8, 4)));
     cases.push((Order::Third, Gates::None, (17, 8, 4)));
+    cases.push((Order::Asymmetric, Gates::Fixed, (17, 8, 4)));
     for (order, gates, (time, chunk, dv)) in cases {
         let case = Case {
             gates,
@@ -180,9 +181,10 @@ fn nodes_match_their_composed_forms() {
             Order::Second => vec!["moments_kernel", "output_kernel"],
             _ => vec!["output_kernel"],
         };
-        // The backward's moment products, where the gates need no gradient.
-        if !matches!(gates, Gates::Data { .. }) && order != Order::Asymmetric {
-            fused.push("grads_kernel");
+        // The backward's reads of the states and its moment products, where the gates
+        // need no gradient.
+        if !matches!(gates, Gates::Data { .. }) {
+            fused.extend(["read_kernel", "grads_kernel"]);
         }
         for name in fused {
             assert!(

@@ -21,7 +21,7 @@ use burn::prelude::*;
 use super::State;
 use super::chunked::{Products, products};
 use crate::hla::HlaInput;
-use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts, rows};
+use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
 pub(crate) const NODE: NodeKernels = NodeKernels {
@@ -60,29 +60,17 @@ fn backward(
     let [p_start, e_start, a_gamma, b] = parts(saved);
     let [dp_last, de_last] = parts(grad.state);
 
-    // ∂E after every chunk, then ∂B; ∂Q's term through E.
-    let e = pass.read(&q, g.clone(), (e_start, de_last), 1.0, false);
-    let ek = pass.decay.until_end(k.clone(), 1.0);
-    let ek_de = ek.clone().matmul(e.after.clone());
-    if let Some(gate) = pass.gate() {
-        gate.until_end(1.0, rows(ek_de.clone(), b.clone()));
-    }
-    let db = a_gamma.clone().transpose().matmul(g.clone()) + ek_de;
+    // ∂E after every chunk; ∂Q's term through E.
+    let e = pass.read(&q, g.clone(), (e_start, de_last), 1, false);
+
+    // ∂B, with G's part from O = A B (the moment product of B's A^γ).
+    let [db, dk_o, dq_o] = pass.moment_product(&q, g, (k.clone(), b, a_gamma.clone()), e.after, 1);
 
     // ∂P after every chunk; ∂Q's term through P.
-    let p = pass.read(&q, db.clone(), (p_start, dp_last), 1.0, false);
-    let ek_dp = ek.matmul(p.after.clone());
-    if let Some(gate) = pass.gate() {
-        gate.until_end(1.0, rows(ek_dp.clone(), v.clone()));
-    }
+    let p = pass.read(&q, db.clone(), (p_start, dp_last), 1, false);
 
-    // H; ∂Q, ∂K, ∂V.
-    let grad_a = g.matmul(b.clone().transpose()) + db.clone().matmul(v.clone().transpose());
-    let hm = pass.masked(grad_a, 1, &a_gamma);
-    let dq = e.dq + p.dq + hm.clone().matmul(k);
-    let (eb, ev) = (pass.decay.until_end(b, 1.0), pass.decay.until_end(v, 1.0));
-    let dk =
-        hm.transpose().matmul(q) + eb.matmul(e.after.transpose()) + ev.matmul(p.after.transpose());
-    let dv = a_gamma.transpose().matmul(db) + ek_dp;
-    pass.finish([dq, dk, dv], vec![p.first, e.first])
+    // ∂V, with G's part from B = A V (the moment product of V's A^γ).
+    let [dv, dk_b, dq_b] = pass.moment_product(&q, db, (k, v, a_gamma), p.after, 1);
+    let dq = e.dq + p.dq + dq_o + dq_b;
+    pass.finish([dq, dk_o + dk_b, dv], vec![p.first, e.first])
 }

@@ -87,7 +87,7 @@ impl ScanKernels for CubeBackend {
 /// read consecutive columns, so every chunk's read and write is coalesced.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn scan_kernel(
+pub(crate) fn scan_kernel(
     start: &Tensor<f32>,
     deltas: &Tensor<f32>,
     log_rho: &Tensor<f32>,

@@ -9,7 +9,7 @@
 #[cfg(gpu_kernels)]
 pub(crate) mod fused;
 #[cfg(gpu_kernels)]
-mod gpu;
+pub(crate) mod gpu;
 mod scan;
 
 use burn::prelude::*;

@@ -55,7 +55,7 @@ fn backward(
     let [ds_last] = parts(grad.state);
 
     // ∂S after every chunk; ∂Q's term through S.
-    let s = pass.read(&q, g.clone(), (s_start, ds_last), 1.0, false);
+    let s = pass.read(&q, g.clone(), (s_start, ds_last), 1, false);
 
     // G; ∂V, ∂K, ∂Q's term G K.
     let [dv, dk, dq_g] = pass.moment_product(&q, g, (k, v, scores), s.after, 1);

@@ -12,8 +12,8 @@ use crate::hla::decay::{Decay, DecayGrad};
 /// A backward pass in progress: the chunk layout and decay of its input, and the gates'
 /// gradient so far (when they need one).
 pub(crate) struct Backward {
-    pub(crate) chunks: Chunks,
-    pub(crate) decay: Decay<5>,
+    chunks: Chunks,
+    decay: Decay<5>,
     gate: Option<DecayGrad<5>>,
 }
 
@@ -53,24 +53,30 @@ impl Backward {
         )
     }
 
-    /// The gates' gradient, when they need one.
-    pub(crate) fn gate(&mut self) -> Option<&mut DecayGrad<5>> {
-        self.gate.as_mut()
-    }
-
     /// A state `X` read as `Y = diag(a^p) Q X` (`Y = diag(a^p) Q Xᵀ` when `transposed`),
     /// given `X` at every chunk's start, `∂Y`, and `X`'s gradient after the last chunk:
     /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose),
     /// and `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`); gathers the gates' parts from `a^p` and
-    /// `ρ^p`.
+    /// `ρ^p`. On a GPU device without the gates' gradient, the updates and `∂Q`'s term
+    /// come from one kernel ([`super::fused`]).
     pub(crate) fn read(
         &mut self,
         q: &Tensor<5>,
         dy: Tensor<5>,
         (x_start, x_last): (Tensor<5>, Tensor<4>),
-        p: f64,
+        p: u32,
         transposed: bool,
     ) -> Read {
+        if self.gate.is_none()
+            && let Some((updates, dq)) =
+                fused_state_read(q, &dy, &x_start, &self.decay, p, transposed)
+        {
+            let (after, first) = self
+                .chunks
+                .scan_back(x_last, updates, &self.decay, p.into());
+            return Read { dq, after, first };
+        }
+        let p = f64::from(p);
         let ady = self.decay.since_start(dy, p);
         let updates = match transposed {
             false => q.clone().transpose().matmul(ady.clone()),
@@ -99,8 +105,10 @@ impl Backward {
     /// every chunk, `[∂U, ∂A, ∂Q's term G A]` with `G = (∂Y Uᵀ) ⊙ D^p`. First order's
     /// output (`A = K`, `U = V`, `X = S`), hla2's (`A`, `V`, `Z`, p = 2) and its `A`'s
     /// `W K` (`A = U = K`, `T = W`, `X = S`; `∂K` the sum of the first two), third order's
-    /// (`A`, `B`, `Y`, p = 3). On a GPU device without the gates' gradient, one kernel
-    /// ([`super::fused`]).
+    /// output (`A`, `B`, `Y`, p = 3), its `W K` (as hla2's) and `W V` (`A = K`, `U = V`,
+    /// `T = W`, `X = P`), AHLA's `A^γ B` (`A = K`, `U = B`, `T = A^γ`, `X = E`) and `A^γ V`
+    /// (`U = V`, `X = P`): every masked product of the chunk equations. On a GPU device without the gates' gradient, one
+    /// kernel ([`super::fused`]).
     pub(crate) fn moment_product(
         &mut self,
         q: &Tensor<5>,
@@ -131,7 +139,7 @@ impl Backward {
 
     /// `∂X ⊙ D^p` for the gradient `∂X` of a product that the forward pass masked into
     /// `masked = X ⊙ D^p`; gathers the mask's part of the gates' gradient, `∂X ⊙ masked`.
-    pub(crate) fn masked(&mut self, dx: Tensor<5>, p: u32, masked: &Tensor<5>) -> Tensor<5> {
+    fn masked(&mut self, dx: Tensor<5>, p: u32, masked: &Tensor<5>) -> Tensor<5> {
         if let Some(gate) = &mut self.gate {
             gate.mask(f64::from(p), dx.clone() * masked.clone());
         }
@@ -166,12 +174,12 @@ pub(crate) fn parts<T, const N: usize>(parts: Vec<T>) -> [T; N] {
 
 /// `x_r · y_r` for the rows of `x` and `y`, `[.., rows, 1]`: with `x` a decay-scaled
 /// factor `diag(f) X` and `y` the gradient of `X`'s product, this is `f ⊙ ∂f`.
-pub(crate) fn rows(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
+fn rows(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
     (x * y).sum_dim(4)
 }
 
 /// `⟨x, y⟩` per chunk, `[.., 1, 1]`.
-pub(crate) fn whole(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
+fn whole(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
     (x * y).sum_dim(4).sum_dim(3)
 }
 
@@ -191,6 +199,26 @@ fn fused_moment_grads(
     #[cfg(not(gpu_kernels))]
     {
         let _ = (q, dy, aut, x_after, decay, power);
+        None
+    }
+}
+
+/// `(the updates, ∂Q's term)` of [`Backward::read`] by the GPU kernel ([`super::fused`])
+/// where it applies (the node's backward pass on a GPU device, no gradient for the
+/// gates); `None` elsewhere.
+fn fused_state_read(
+    q: &Tensor<5>,
+    dy: &Tensor<5>,
+    x_start: &Tensor<5>,
+    decay: &Decay<5>,
+    power: u32,
+    transposed: bool,
+) -> Option<(Tensor<5>, Tensor<5>)> {
+    #[cfg(gpu_kernels)]
+    return super::fused::state_read(q, dy, x_start, decay, power, transposed);
+    #[cfg(not(gpu_kernels))]
+    {
+        let _ = (q, dy, x_start, decay, power, transposed);
         None
     }
 }

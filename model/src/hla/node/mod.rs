@@ -14,7 +14,7 @@ mod backward;
 pub(crate) mod fused;
 mod ops;
 
-pub(crate) use backward::{Backward, parts, rows};
+pub(crate) use backward::{Backward, parts};
 pub(crate) use ops::HlaNodeOps;
 
 use burn::prelude::*;

@@ -64,14 +64,14 @@ fn backward(
     let [ds_last, dz_last] = parts(grad.state);
 
     // ∂Z after every chunk; ∂Q's term through Z.
-    let z = pass.read(&q, g.clone(), (z_start, dz_last), 2.0, false);
+    let z = pass.read(&q, g.clone(), (z_start, dz_last), 2, false);
 
     // G, ∂V, ∂A; ∂Q's term through A.
     let [dv, da, dq_a] = pass.moment_product(&q, g, (a, v, p), z.after, 2);
     let dq = z.dq + dq_a;
 
     // ∂S after every chunk (A reads Sᵀ); ∂Q's term through S.
-    let s = pass.read(&q, da.clone(), (s_start, ds_last), 1.0, true);
+    let s = pass.read(&q, da.clone(), (s_start, ds_last), 1, true);
     let dq = dq + s.dq;
 
     // H, ∂K; ∂Q's term through W (the moment product of A's W K).

@@ -21,7 +21,7 @@ use burn::prelude::*;
 use super::State;
 use super::chunked::{Products, products};
 use crate::hla::HlaInput;
-use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts, rows};
+use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
 pub(crate) const NODE: NodeKernels = NodeKernels {
@@ -64,37 +64,24 @@ fn backward(
     let [ds_last, dp_last, dy_last] = parts(grad.state);
 
     // ∂Y after every chunk; ∂Q's term through Y.
-    let y = pass.read(&q, g.clone(), (y_start, dy_last), 3.0, false);
+    let y = pass.read(&q, g.clone(), (y_start, dy_last), 3, false);
 
     // G, ∂B, ∂A; ∂Q's term through A.
     let [db, da, dq_a] = pass.moment_product(&q, g, (a, b, t), y.after, 3);
     let dq = y.dq + dq_a;
 
     // ∂S (A reads Sᵀ) and ∂P after every chunk; ∂Q's terms through S and P.
-    let s = pass.read(&q, da.clone(), (s_start, ds_last), 1.0, true);
-    let p = pass.read(&q, db.clone(), (p_start, dp_last), 1.0, false);
+    let s = pass.read(&q, da.clone(), (s_start, ds_last), 1, true);
+    let p = pass.read(&q, db.clone(), (p_start, dp_last), 1, false);
     let dq = dq + s.dq + p.dq;
 
-    // H; ∂Q, ∂K, ∂V.
-    let grad_w =
-        da.clone().matmul(k.clone().transpose()) + db.clone().matmul(v.clone().transpose());
-    let hm = pass.masked(grad_w, 1, &w);
-    let dq = dq + hm.clone().matmul(k.clone());
-    let ek = pass.decay.until_end(k.clone(), 1.0);
-    let ek_sym = ek.clone().matmul(s.after.clone() + s.after.transpose());
-    let ek_dp = ek.matmul(p.after.clone());
-    if let Some(gate) = pass.gate() {
-        // k_τᵀ ∂S k_τ, half of k_τᵀ (∂S + ∂Sᵀ) k_τ.
-        gate.until_end(
-            1.0,
-            rows(ek_sym.clone(), k) * 0.5 + rows(ek_dp.clone(), v.clone()),
-        );
-    }
-    let ev = pass.decay.until_end(v, 1.0);
-    let dk = w.clone().transpose().matmul(da)
-        + hm.transpose().matmul(q)
-        + ek_sym
-        + ev.matmul(p.after.transpose());
-    let dv = w.transpose().matmul(db) + ek_dp;
-    pass.finish([dq, dk, dv], vec![s.first, p.first, y.first])
+    // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D, as the moment products of A's W K and of B's W V.
+    let [dk_w, dk_h, dq_h] =
+        pass.moment_product(&q, da, (k.clone(), k.clone(), w.clone()), s.after, 1);
+    let [dv, dk_v, dq_v] = pass.moment_product(&q, db, (k, v, w), p.after, 1);
+    let dq = dq + dq_h + dq_v;
+    pass.finish(
+        [dq, dk_w + dk_h + dk_v, dv],
+        vec![s.first, p.first, y.first],
+    )
 }

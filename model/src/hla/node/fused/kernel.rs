@@ -1,5 +1,5 @@
-//! The moment product's gradient kernel of [`super`]: one cube per chunk of every sequence
-//! and head, one unit per token of the chunk.
+//! The backward kernels of [`super`] (a moment product's gradients, a state's read): one
+//! cube per chunk of every sequence and head, one unit per token of the chunk.
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
@@ -123,5 +123,83 @@ pub(crate) fn grads_kernel(
     }
     for i in 0..d {
         dq[row * d + i] = acc_q[i];
+    }
+}
+
+/// `[Qᵀ diag(a^p) ∂Y, diag(a^p) ∂Y Xᵀ]` of every chunk with `p = power` (with `transposed`,
+/// `X` is stored `[n, d]`: the updates' transpose and `diag(a^p) ∂Y X`), one cube per block
+/// and one unit per token `τ`; `n` is the width of `∂Y`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_kernel(
+    q: &Tensor<f32>,
+    dy: &Tensor<f32>,
+    x: &Tensor<f32>,
+    b: &Tensor<f32>,
+    updates: &mut Tensor<f32>,
+    dq: &mut Tensor<f32>,
+    chunks: usize,
+    heads: usize,
+    gb: usize,
+    gh: usize,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] d: usize,
+    #[comptime] n: usize,
+    #[comptime] decayed: bool,
+    #[comptime] transposed: bool,
+) {
+    let block = CUBE_POS;
+    // A grid spread over its axes may hold a few more cubes than blocks.
+    if block * c * d >= q.len() {
+        terminate!();
+    }
+    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
+    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, n)));
+    let Token {
+        tau, row, b_tau, ..
+    } = token(b, block, chunks, heads, gb, gh, c, decayed);
+    // This token's row of diag(a^p) ∂Y.
+    let mut ady = Array::<f32>::new(n);
+    let a_p = (power * b_tau).exp();
+    for j in 0..n {
+        ady[j] = a_p * dy[row * n + j];
+    }
+
+    // ∂Q's term: row τ is Σ_j (a^p ∂y_τ)_j x_{·j} (x_{j·} when transposed).
+    copy_in(x, &mut buf, block * d * n, d * n);
+    for i in 0..d {
+        let mut sum = 0.0f32;
+        for j in 0..n {
+            let mut at = i * n + j;
+            if transposed {
+                at = j * d + i;
+            }
+            sum += ady[j] * buf[at];
+        }
+        dq[row * d + i] = sum;
+    }
+    sync_cube();
+
+    // The state's update Qᵀ diag(a^p) ∂Y from Q and the scaled rows in shared memory.
+    copy_in(q, &mut rows, block * c * d, c * d);
+    for j in 0..n {
+        buf[tau * n + j] = ady[j];
+    }
+    sync_cube();
+    let mut at = tau;
+    while at < d * n {
+        let mut i = at / n;
+        let mut j = at % n;
+        if transposed {
+            i = at % d;
+            j = at / d;
+        }
+        let mut sum = 0.0f32;
+        for t in 0..c {
+            sum += rows[t * d + i] * buf[t * n + j];
+        }
+        updates[block * d * n + at] = sum;
+        at += CUBE_DIM as usize;
     }
 }

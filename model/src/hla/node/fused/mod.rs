@@ -1,22 +1,27 @@
-//! The backward pass's moment product ([`super::Backward::moment_product`]) as one CubeCL
-//! kernel in shared memory: per chunk, with the gradient `∂Y` of `Y = T U` (`T = (Q Aᵀ) ⊙
-//! D^p`) and the gradient `∂X` after the chunk of the state `X ← ρ^p X + Aᵀ diag(e^p) U`,
+//! The node's backward steps as CubeCL kernels in shared memory, run by its backward pass
+//! on a GPU device in place of the composed matmuls, masks and scales where the gates need
+//! no gradient: a state's read before its scan back over the chunks ([`read`]), and the
+//! moment product ([`super::Backward::moment_product`]): per chunk, with the gradient `∂Y`
+//! of `Y = T U` (`T = (Q Aᵀ) ⊙ D^p`) and the gradient `∂X` after the chunk of the state
+//! `X ← ρ^p X + Aᵀ diag(e^p) U`,
 //!
 //! ```text
 //! G = (∂Y Uᵀ) ⊙ D^p,   ∂U = Tᵀ ∂Y + diag(e^p) A ∂X,   ∂A = Gᵀ Q + diag(e^p) U ∂Xᵀ,   G A
 //! ```
 //!
 //! (first order: `A = K`, `U = V`, `X = S`; hla2: `A`, `V`, `Z`, `p = 2`, then `∂A`'s
-//! product with `A = U = K`, `T = W`, `X = S`; third order: `A`, `B`, `Y`, `p = 3`). The
-//! node's backward pass on a GPU device runs it in place of the composed matmuls, masks
-//! and scales where the gates need no gradient. One cube per chunk of every sequence and
-//! head, one unit per token: the cube copies `∂X`, then `Q` and `∂Y`, then `A` and `U`
-//! into shared memory once; each unit computes its token's rows of `∂U`, `∂A` (from the
-//! columns of `T` and `G`) and `G A` (from a row of `G`) there, its rows of `A`, `U` and
-//! `∂Y` and its accumulators in registers, and writes each once. The products run on the
-//! CUDA cores.
+//! product with `A = U = K`, `T = W`, `X = S`; third order: `A`, `B`, `Y`, `p = 3`, then
+//! `W K` and `W V`; AHLA: `A^γ B` and `A^γ V`). One
+//! cube per chunk of every sequence and head, one unit per token: the cube copies `∂X`,
+//! then `Q` and `∂Y`, then `A` and `U` into shared memory once; each unit computes its
+//! token's rows of `∂U`, `∂A` (from the columns of `T` and `G`) and `G A` (from a row of
+//! `G`) there, its rows of `A`, `U` and `∂Y` and its accumulators in registers, and writes
+//! each once. The products run on the CUDA cores.
 
 pub(crate) mod kernel;
+mod read;
+
+pub(crate) use read::state_read;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -154,12 +159,13 @@ pub(crate) fn moment_grads(
     Some([chunked(du, u), chunked(da, q), chunked(dq, q)])
 }
 
-/// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`q
-/// [blocks, c, d]`, `∂Y [blocks, c, n]`, ...): the multiply-adds of its products, those
-/// through `T` and `G` over `σ ≥ τ` (columns) or `σ ≤ τ` (rows) only.
+/// FLOPs of a kernel of this module if fusion's custom op `id` is its, from its inputs'
+/// shapes (`q [blocks, c, d]`, `∂Y [blocks, c, n]`, ...): the multiply-adds of its
+/// products, those of the moment product through `T` and `G` over `σ ≥ τ` (columns) or
+/// `σ ≤ τ` (rows) only.
 pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
     if !id.contains("moment_grads") {
-        return None;
+        return read::flops(id, inputs);
     }
     let [blocks, c, d] = sizes(&inputs[0]);
     let n = sizes(&inputs[1])[2];

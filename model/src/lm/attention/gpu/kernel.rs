@@ -88,7 +88,7 @@ fn tile_keys(
 /// shared tiles of `tile` keys.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn forward_kernel(
+pub(crate) fn forward_kernel(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
@@ -164,7 +164,7 @@ fn forward_kernel(
 /// forward's grid and tiles.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn query_grads(
+pub(crate) fn query_grads(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
@@ -247,7 +247,7 @@ fn query_grads(
 /// see them.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn key_grads(
+pub(crate) fn key_grads(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,

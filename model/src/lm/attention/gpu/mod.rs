@@ -5,7 +5,7 @@
 //! routes a GPU tensor to it, and its autodiff wrapper records one graph node whose
 //! backward pass is the backward kernel.
 
-mod kernel;
+pub(crate) mod kernel;
 mod plan;
 
 pub(crate) use plan::Plan;
