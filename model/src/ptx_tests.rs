@@ -19,7 +19,7 @@ use cubecl::{Compiler, CubeKernel};
 use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
-use crate::hla::chunks::fused::kernel::output_kernel;
+use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel, update_kernel};
 use crate::hla::chunks::gpu::scan_kernel;
 use crate::hla::node::fused::kernel::{grads_kernel, read_kernel};
 use crate::hla::second::fused::kernel::moments_kernel;
@@ -142,6 +142,16 @@ fn tensor() -> TensorCompilationArg {
     }
 }
 
+/// The argument that finds each chunk's gates.
+fn gates() -> GatesCompilationArg {
+    GatesCompilationArg {
+        chunks: (),
+        heads: (),
+        gb: (),
+        gh: (),
+    }
+}
+
 /// The PTX of `kernel` for compute capability `arch`, as a CUDA 12.8 driver takes it.
 fn ptx(kernel: impl CubeKernel, arch: u32) -> String {
     let options = PlironOptions {
@@ -245,10 +255,7 @@ fn the_nodes_kernels_compile_to_ptx() {
         tensor(),
         tensor(),
         tensor(),
-        (),
-        (),
-        (),
-        (),
+        gates(),
         (),
         C,
         D,
@@ -257,6 +264,22 @@ fn the_nodes_kernels_compile_to_ptx() {
         true,
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
+    let update = update_kernel::UpdateKernel::new(
+        settings(C),
+        properties(),
+        target(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        gates(),
+        (),
+        C,
+        D,
+        D,
+        true,
+    );
+    assert_module("update_kernel", &ptx(update, 90), &shared);
     let moments = moments_kernel::MomentsKernel::new(
         settings(C),
         properties(),
@@ -269,10 +292,7 @@ fn the_nodes_kernels_compile_to_ptx() {
         tensor(),
         tensor(),
         tensor(),
-        (),
-        (),
-        (),
-        (),
+        gates(),
         C,
         D,
         D,
@@ -293,10 +313,7 @@ fn the_nodes_kernels_compile_to_ptx() {
         tensor(),
         tensor(),
         tensor(),
-        (),
-        (),
-        (),
-        (),
+        gates(),
         (),
         C,
         D,
@@ -315,10 +332,7 @@ fn the_nodes_kernels_compile_to_ptx() {
             tensor(),
             tensor(),
             tensor(),
-            (),
-            (),
-            (),
-            (),
+            gates(),
             (),
             C,
             D,

@@ -1,8 +1,8 @@
 //! The cost model (`hla_model::bench::cost`) against what the wgpu device runs (lavapipe in
 //! CI): its dry run launches the kernels a real pass launches, a pass moves at least its
-//! inputs, outputs and gradients, the node's forward products are the chunk equations'
-//! count, its scans one kernel each, and its backward runs a fused kernel per state read
-//! and per moment product. The tests take turns: they switch the process-wide
+//! inputs, outputs and gradients, the node's forward products are all in fused kernels,
+//! its scans one kernel each, and its backward runs a fused kernel per state read and per
+//! moment product. The tests take turns: they switch the process-wide
 //! kernels.
 #![cfg(feature = "wgpu")]
 
@@ -129,19 +129,20 @@ fn a_pass_moves_at_least_its_inputs_outputs_and_gradients() {
     }
 }
 
-/// The node's forward pass at [`SHAPE`] (gated, three chunks): its matmuls are the chunk
-/// equations' products the fused kernels do not compute (hla2's moments, and the output
-/// kernel of every order), each fused kernel runs as often as its order's
-/// equations ask, and each state part's scan over the chunks runs as one kernel (no
-/// decay-mask products).
+/// The node's forward pass at [`SHAPE`] (gated, three chunks) runs no matmul: every
+/// product of the chunk equations is in a fused kernel, each run as often as its order's
+/// equations ask (hla2's moments; the output step; what each chunk adds to a state, but
+/// hla2's `ΔZ`, which its moments compute), and each state part's scan over the chunks
+/// is one kernel (no decay-mask products).
 #[test]
-fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_state() {
+fn the_nodes_forward_products_are_fused_kernels_and_scans_one_kernel_a_state() {
     let _turn = turn();
-    for (op, parts) in [
-        (Operator::Hla2Chunked, 2),
-        (Operator::Hla3Chunked, 3),
-        (Operator::LinearChunked, 1),
-        (Operator::AhlaChunked, 2),
+    // The state parts, then the moments', outputs' and updates' kernels.
+    for (op, parts, fused) in [
+        (Operator::Hla2Chunked, 2, [1, 1, 1]),
+        (Operator::Hla3Chunked, 3, [0, 3, 3]),
+        (Operator::LinearChunked, 1, [0, 1, 1]),
+        (Operator::AhlaChunked, 2, [0, 2, 2]),
     ] {
         let device = gpu();
         let inputs = inputs(&device);
@@ -151,22 +152,20 @@ fn the_nodes_forward_products_are_the_chunk_equations_and_scans_one_kernel_a_sta
             device.sync().expect("the device runs the pass");
         })
         .expect("a dry run of the pass");
-        let matmuls: f64 = blocks.iter().map(|b| b.matmul_flops).sum();
-        let equations = unfused(op, &blocks);
-        let scans: Vec<_> = blocks
-            .iter()
-            .filter(|b| b.custom.as_deref().is_some_and(|id| id.contains("scan")))
-            .collect();
-        eprintln!(
-            "{op:?}: {matmuls} matmul FLOPs read, {equations} by the equations; scans {:?}",
-            scans
+        let ran = |name: &str| -> Vec<usize> {
+            blocks
                 .iter()
-                .map(|b| (&b.custom, b.launches))
-                .collect::<Vec<_>>()
-        );
-        assert!((matmuls - equations).abs() <= 1e-9 * equations);
+                .filter(|b| b.custom.as_deref().is_some_and(|id| id.contains(name)))
+                .map(|b| b.launches)
+                .collect()
+        };
+        let matmuls: f64 = blocks.iter().map(|b| b.matmul_flops).sum();
+        assert_eq!(matmuls, 0.0, "{op:?}: a matmul left in the forward pass");
+        let kernels = ["hla2_moments", "chunk_output", "chunk_update"].map(|n| ran(n).len());
+        assert_eq!(kernels, fused, "{op:?}: its fused kernels");
+        let scans = ran("scan");
         assert_eq!(scans.len(), parts, "{op:?}: one scan per state part");
-        assert!(scans.iter().all(|b| b.launches == 1), "{op:?}");
+        assert!(scans.iter().all(|&launches| launches == 1), "{op:?}");
     }
 }
 
@@ -201,35 +200,4 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
             "{op:?}: the moment product's kernel"
         );
     }
-}
-
-/// The FLOPs of the chunk equations' products that no fused kernel among `blocks`
-/// computes, after checking which fused kernels ran: hla2's moments (`Q Sᵀ`, `Q Kᵀ`,
-/// `W K`, `Aᵀ V`) and the output kernel (`Q X`, `Q Rᵀ`, `M V`) leave hla2 its `Kᵀ K`; the
-/// output kernel leaves first order its `Kᵀ V`; its two calls leave AHLA `Kᵀ V` and `Kᵀ B`,
-/// its three calls third order `Kᵀ K`, `Kᵀ V` and `Aᵀ B`.
-fn unfused(op: Operator, blocks: &[hla_model::backend::cost::Block]) -> f64 {
-    let ran = |name: &str| {
-        blocks
-            .iter()
-            .filter(|b| b.custom.as_deref().is_some_and(|id| id.contains(name)))
-            .map(|b| b.launches)
-            .sum::<usize>()
-    };
-    let (c, d, dv) = (SHAPE.chunk as f64, SHAPE.d as f64, SHAPE.dv as f64);
-    let chunks = (SHAPE.batch * SHAPE.heads * SHAPE.time.div_ceil(SHAPE.chunk)) as f64;
-    let equations = op.chunked_flops(&SHAPE).expect("a chunked form");
-    let (moments, outputs, left) = match op {
-        Operator::Hla2Chunked => (1, 1, chunks * 2.0 * c * d * d),
-        Operator::LinearChunked => (0, 1, chunks * 2.0 * c * d * dv),
-        Operator::AhlaChunked => (0, 2, chunks * 4.0 * c * d * dv),
-        Operator::Hla3Chunked => (0, 3, chunks * (2.0 * c * d * d + 4.0 * c * d * dv)),
-        _ => (0, 0, equations),
-    };
-    assert_eq!(
-        (ran("hla2_moments"), ran("chunk_output")),
-        (moments, outputs),
-        "{op:?}: its fused kernels"
-    );
-    left
 }

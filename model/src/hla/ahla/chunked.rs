@@ -21,7 +21,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output};
+use crate::hla::chunks::{Chunked, fused_output, update};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -58,7 +58,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     } = Chunked::new(input, chunk);
     let kt = k.clone().transpose();
 
-    let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
+    let dp = update(&k, &v, &decay, 1);
     let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
     let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true);
     let (a_gamma, b) = match fused {
@@ -71,7 +71,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
         }
     };
 
-    let de = kt.matmul(decay.until_end(b.clone(), 1.0));
+    let de = update(&k, &b, &decay, 1);
     let (e_start, e) = chunks.scan(state.e, de, &decay, 1.0);
     let o = match fused_output([&q, &k, &b, &e_start], &decay, 1, false) {
         Some((_, o)) => o,

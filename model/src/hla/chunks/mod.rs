@@ -144,6 +144,19 @@ pub(crate) fn fused_output(
     }
 }
 
+/// What every chunk adds to a state `X ← ρ^p X + Kᵀ diag(e^p) U`: `Kᵀ diag(e^p) U`
+/// (`[b, h, chunks, d, n]` from `k [.., c, d]`, `u [.., c, n]`), by the GPU kernel
+/// ([`fused`]) where it applies (the node's forward pass on a GPU device).
+pub(crate) fn update(k: &Tensor<5>, u: &Tensor<5>, decay: &Decay<5>, p: u32) -> Tensor<5> {
+    #[cfg(gpu_kernels)]
+    if let Some(update) = fused::update(k, u, decay, p) {
+        return update;
+    }
+    k.clone()
+        .transpose()
+        .matmul(decay.until_end(u.clone(), f64::from(p)))
+}
+
 /// Zero padding at the end of `dim` up to `len`.
 fn pad_end<const D: usize>(x: Tensor<D>, dim: usize, len: usize) -> Tensor<D> {
     let mut shape = x.dims();

@@ -13,7 +13,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output};
+use crate::hla::chunks::{Chunked, fused_output, update};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -48,7 +48,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     } = Chunked::new(input, chunk);
     let kt = k.clone().transpose();
 
-    let ds = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
+    let ds = update(&k, &v, &decay, 1);
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
     let fused = fused_output([&q, &k, &v, &s_start], &decay, 1, true);
     let (scores, o) = match fused {

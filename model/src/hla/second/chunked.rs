@@ -24,7 +24,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output};
+use crate::hla::chunks::{Chunked, fused_output, update};
 use crate::hla::decay::Decay;
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
@@ -63,7 +63,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     } = Chunked::new(input, chunk);
     let kt = k.clone().transpose();
 
-    let ds = kt.clone().matmul(decay.until_end(k.clone(), 1.0));
+    let ds = update(&k, &k, &decay, 1);
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
     let (w, a, dz) = fused_moments(&q, &k, &v, &s_start, &decay).unwrap_or_else(|| {
         let w = decay.mask(q.clone().matmul(kt), 1);

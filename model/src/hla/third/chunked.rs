@@ -26,7 +26,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output};
+use crate::hla::chunks::{Chunked, fused_output, update};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -66,8 +66,8 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     } = Chunked::new(input, chunk);
     let kt = k.clone().transpose();
 
-    let ds = kt.clone().matmul(decay.until_end(k.clone(), 1.0));
-    let dp = kt.clone().matmul(decay.until_end(v.clone(), 1.0));
+    let ds = update(&k, &k, &decay, 1);
+    let dp = update(&k, &v, &decay, 1);
     let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
     let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
     let s_t = s_start.clone().transpose();
@@ -82,10 +82,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
         (w, a, b)
     });
 
-    let dy = a
-        .clone()
-        .transpose()
-        .matmul(decay.until_end(b.clone(), 3.0));
+    let dy = update(&a, &b, &decay, 3);
     let (y_start, y) = chunks.scan(state.y, dy, &decay, 3.0);
     let fused = fused_output([&q, &a, &b, &y_start], &decay, 3, true);
     let (t, o) = match fused {

@@ -39,10 +39,21 @@ pub(crate) fn log_decay(
     x
 }
 
-/// Where chunk `block`'s gates start in `b [gb · gh, chunks · c]`.
+/// Where a chunk's gates are in `b [gb · gh, chunks · c]`: the chunks of a sequence, the
+/// heads, and the batch and heads of the gates.
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct Gates {
+    pub(crate) chunks: usize,
+    pub(crate) heads: usize,
+    pub(crate) gb: usize,
+    pub(crate) gh: usize,
+}
+
+/// Where chunk `block`'s gates start in `b`.
 #[cube]
-fn gate_start(block: usize, chunks: usize, heads: usize, gb: usize, gh: usize, c: usize) -> usize {
-    (gate_row(block / chunks, heads, gb, gh) * chunks + block % chunks) * c
+fn gate_start(block: usize, gates: &Gates, c: usize) -> usize {
+    let chunks = gates.chunks;
+    (gate_row(block / chunks, gates.heads, gates.gb, gates.gh) * chunks + block % chunks) * c
 }
 
 /// The token a unit owns: `τ`, its row in the `[blocks · c, ·]` tensors, where its
@@ -57,19 +68,15 @@ pub(crate) struct Token {
 
 /// This unit's token of chunk `block` (one unit per token).
 #[cube]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn token(
     b: &Tensor<f32>,
     block: usize,
-    chunks: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
+    gates: &Gates,
     #[comptime] c: usize,
     #[comptime] decayed: bool,
 ) -> Token {
     let tau = UNIT_POS as usize;
-    let gate = gate_start(block, chunks, heads, gb, gh, c);
+    let gate = gate_start(block, gates, c);
     Token {
         tau,
         row: block * c + tau,
@@ -98,10 +105,7 @@ pub(crate) fn output_kernel(
     b: &Tensor<f32>,
     m: &mut Tensor<f32>,
     y: &mut Tensor<f32>,
-    chunks: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
+    gates: &Gates,
     power: f32,
     #[comptime] c: usize,
     #[comptime] d: usize,
@@ -121,7 +125,7 @@ pub(crate) fn output_kernel(
         row,
         gate,
         b_tau,
-    } = token(b, block, chunks, heads, gb, gh, c, decayed);
+    } = token(b, block, gates, c, decayed);
     let mut qt = Array::<f32>::new(d);
     load_row(q, row, &mut qt, d);
     // diag(a^p) Q X: row τ is a^p_τ q_τᵀ X.
@@ -158,4 +162,74 @@ pub(crate) fn output_kernel(
     for j in 0..dv {
         y[row * dv + j] = acc[j];
     }
+}
+
+/// `out[base..base + d · n] = Rᵀ Y` for `R [c, d]` in `rows` and `Y [c, n]` in `buf`
+/// (stored `[d, n]`; its transpose `Yᵀ R`, stored `[n, d]`, when `transposed`), the
+/// cube's units taking every `CUBE_DIM`-th value.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gram(
+    rows: &Shared<[f32]>,
+    buf: &Shared<[f32]>,
+    out: &mut Tensor<f32>,
+    base: usize,
+    #[comptime] c: usize,
+    #[comptime] d: usize,
+    #[comptime] n: usize,
+    #[comptime] transposed: bool,
+) {
+    let mut at = UNIT_POS as usize;
+    while at < d * n {
+        let mut i = at / n;
+        let mut j = at % n;
+        if transposed {
+            i = at % d;
+            j = at / d;
+        }
+        let mut sum = 0.0f32;
+        for t in 0..c {
+            sum += rows[t * d + i] * buf[t * n + j];
+        }
+        out[base + at] = sum;
+        at += CUBE_DIM as usize;
+    }
+}
+
+/// `Kᵀ diag(e^p) U` of every chunk with `p = power`, one cube per block and one unit per
+/// token `τ`; `n` is the width of `U`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn update_kernel(
+    k: &Tensor<f32>,
+    u: &Tensor<f32>,
+    b: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    gates: &Gates,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] d: usize,
+    #[comptime] n: usize,
+    #[comptime] decayed: bool,
+) {
+    let block = CUBE_POS;
+    // A grid spread over its axes may hold a few more cubes than blocks.
+    if block * c * d >= k.len() {
+        terminate!();
+    }
+    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
+    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, n)));
+    let Token {
+        tau,
+        row,
+        gate,
+        b_tau,
+    } = token(b, block, gates, c, decayed);
+    // Each unit scales its token's row of U by e^p_τ.
+    let e_p = (power * (log_decay(b, gate, c - 1, decayed) - b_tau)).exp();
+    for j in 0..n {
+        buf[tau * n + j] = e_p * u[row * n + j];
+    }
+    copy_in(k, &mut rows, block * c * d, c * d);
+    gram(&rows, &buf, out, block * d * n, c, d, n, false);
 }

@@ -16,6 +16,9 @@
 //! share ([`kernel`]).
 
 pub(crate) mod kernel;
+mod update;
+
+pub(crate) use update::update;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -30,7 +33,7 @@ use burn_cubecl::tensor::CubeTensor;
 
 use crate::backend::gpu::{cubes, empty, shared_bytes};
 use crate::hla::decay::Decay;
-use kernel::{output_kernel, shared_buffer};
+use kernel::{GatesLaunch, output_kernel, shared_buffer};
 
 /// How a call's chunks are laid out: the heads, the chunks of a sequence, the gates'
 /// `[gb, gh]` and whether they decay (without, the gates are not read).
@@ -40,6 +43,14 @@ pub(crate) struct Layout {
     pub(crate) chunks: usize,
     pub(crate) gates: [usize; 2],
     pub(crate) decayed: bool,
+}
+
+impl Layout {
+    /// The kernels' argument that finds each chunk's gates.
+    pub(crate) fn gate_arg(&self) -> GatesLaunch {
+        let [gb, gh] = self.gates;
+        GatesLaunch::new(self.chunks, self.heads, gb, gh)
+    }
 }
 
 /// What one output call computes: the decay's power `p` and whether `M` is written.
@@ -105,12 +116,6 @@ impl ChunkOutput for CubeBackend {
         };
         let y = empty(&q, [blocks, c, dv]);
         let (count, dim) = grid(&q, blocks, c);
-        let Layout {
-            heads,
-            chunks,
-            gates: [gb, gh],
-            decayed,
-        } = output.layout;
         output_kernel::launch(
             &q.client.clone(),
             count,
@@ -122,15 +127,12 @@ impl ChunkOutput for CubeBackend {
             b.into_tensor_arg(),
             m.clone().into_tensor_arg(),
             y.clone().into_tensor_arg(),
-            chunks,
-            heads,
-            gb,
-            gh,
+            output.layout.gate_arg(),
             output.power as f32,
             c,
             d,
             dv,
-            decayed,
+            output.layout.decayed,
             output.scores,
         );
         (m, y)
@@ -225,12 +227,12 @@ pub(crate) fn output(
     Some((m, chunked(y, v)))
 }
 
-/// FLOPs of the output kernel if fusion's custom op `id` is its, from its inputs' shapes
-/// (`q [blocks, c, d]`, `r`, `v [blocks, c, dv]`, ...): the multiply-adds of its products,
-/// the masked ones over `σ ≤ τ` only.
+/// FLOPs of a kernel of this module (the output's, the update's) if fusion's custom op `id`
+/// is its, from its inputs' shapes (`q [blocks, c, d]`, `r`, `v [blocks, c, dv]`, ...):
+/// the multiply-adds of its products, the masked ones over `σ ≤ τ` only.
 pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
     if !id.contains("chunk_output") {
-        return None;
+        return update::flops(id, inputs);
     }
     let [blocks, c, d] = sizes(&inputs[0]);
     let dv = sizes(&inputs[2])[2];

@@ -5,7 +5,7 @@ use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
 use crate::hla::chunks::fused::kernel::{
-    Token, copy_in, load_row, log_decay, shared_buffer, token,
+    Gates, Token, copy_in, gram, load_row, log_decay, shared_buffer, token,
 };
 
 /// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
@@ -23,10 +23,7 @@ pub(crate) fn grads_kernel(
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
-    chunks: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
+    gates: &Gates,
     power: f32,
     #[comptime] c: usize,
     #[comptime] d: usize,
@@ -45,7 +42,7 @@ pub(crate) fn grads_kernel(
         row,
         gate,
         b_tau,
-    } = token(b, block, chunks, heads, gb, gh, c, decayed);
+    } = token(b, block, gates, c, decayed);
     let mut a_tau = Array::<f32>::new(d);
     let mut u_tau = Array::<f32>::new(n);
     load_row(a, row, &mut a_tau, d);
@@ -138,10 +135,7 @@ pub(crate) fn read_kernel(
     b: &Tensor<f32>,
     updates: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
-    chunks: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
+    gates: &Gates,
     power: f32,
     #[comptime] c: usize,
     #[comptime] d: usize,
@@ -158,7 +152,7 @@ pub(crate) fn read_kernel(
     let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, n)));
     let Token {
         tau, row, b_tau, ..
-    } = token(b, block, chunks, heads, gb, gh, c, decayed);
+    } = token(b, block, gates, c, decayed);
     // This token's row of diag(a^p) ∂Y.
     let mut ady = Array::<f32>::new(n);
     let a_p = (power * b_tau).exp();
@@ -187,19 +181,5 @@ pub(crate) fn read_kernel(
         buf[tau * n + j] = ady[j];
     }
     sync_cube();
-    let mut at = tau;
-    while at < d * n {
-        let mut i = at / n;
-        let mut j = at % n;
-        if transposed {
-            i = at % d;
-            j = at / d;
-        }
-        let mut sum = 0.0f32;
-        for t in 0..c {
-            sum += rows[t * d + i] * buf[t * n + j];
-        }
-        updates[block * d * n + at] = sum;
-        at += CUBE_DIM as usize;
-    }
+    gram(&rows, &buf, updates, block * d * n, c, d, n, transposed);
 }

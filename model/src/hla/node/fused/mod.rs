@@ -99,12 +99,6 @@ impl MomentGrads for CubeBackend {
             empty(&q, [blocks, c, d]),
         );
         let (count, dim) = grid(&q, blocks, c);
-        let Layout {
-            heads,
-            chunks,
-            gates: [gb, gh],
-            decayed,
-        } = grads.layout;
         grads_kernel::launch(
             &q.client.clone(),
             count,
@@ -119,15 +113,12 @@ impl MomentGrads for CubeBackend {
             du.clone().into_tensor_arg(),
             da.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
-            chunks,
-            heads,
-            gb,
-            gh,
+            grads.layout.gate_arg(),
             grads.power as f32,
             c,
             d,
             n,
-            decayed,
+            grads.layout.decayed,
         );
         (du, da, dq)
     }

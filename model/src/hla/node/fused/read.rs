@@ -77,12 +77,6 @@ impl ReadGrads for CubeBackend {
         let updates = empty(&q, x.shape().dims::<3>());
         let dq = empty(&q, [blocks, c, d]);
         let (count, dim) = grid(&q, blocks, c);
-        let Layout {
-            heads,
-            chunks,
-            gates: [gb, gh],
-            decayed,
-        } = read.layout;
         read_kernel::launch(
             &q.client.clone(),
             count,
@@ -93,15 +87,12 @@ impl ReadGrads for CubeBackend {
             b.into_tensor_arg(),
             updates.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
-            chunks,
-            heads,
-            gb,
-            gh,
+            read.layout.gate_arg(),
             read.power as f32,
             c,
             d,
             n,
-            decayed,
+            read.layout.decayed,
             read.transposed,
         );
         (updates, dq)

@@ -5,7 +5,7 @@ use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
 use crate::hla::chunks::fused::kernel::{
-    Token, copy_in, load_row, log_decay, shared_buffer, token,
+    Gates, Token, copy_in, gram, load_row, log_decay, shared_buffer, token,
 };
 
 /// The moments of every chunk, one cube per block and one unit per token `τ`.
@@ -20,10 +20,7 @@ pub(crate) fn moments_kernel(
     w: &mut Tensor<f32>,
     a: &mut Tensor<f32>,
     dz: &mut Tensor<f32>,
-    chunks: usize,
-    heads: usize,
-    gb: usize,
-    gh: usize,
+    gates: &Gates,
     #[comptime] c: usize,
     #[comptime] d: usize,
     #[comptime] dv: usize,
@@ -41,7 +38,7 @@ pub(crate) fn moments_kernel(
         row,
         gate,
         b_tau,
-    } = token(b, block, chunks, heads, gb, gh, c, decayed);
+    } = token(b, block, gates, c, decayed);
     let mut qt = Array::<f32>::new(d);
     load_row(q, row, &mut qt, d);
     // diag(a) Q Sᵀ: row τ is a_τ (S q_τ)ᵀ.
@@ -85,15 +82,5 @@ pub(crate) fn moments_kernel(
         buf[at] *= e2;
     }
     sync_cube();
-    let mut at = tau;
-    while at < d * dv {
-        let i = at / dv;
-        let j = at % dv;
-        let mut x = 0.0f32;
-        for t in 0..c {
-            x += rows[t * d + i] * buf[t * dv + j];
-        }
-        dz[block * d * dv + at] = x;
-        at += CUBE_DIM as usize;
-    }
+    gram(&rows, &buf, dz, block * d * dv, c, d, dv, false);
 }

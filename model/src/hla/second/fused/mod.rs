@@ -80,7 +80,6 @@ impl Hla2Fused for CubeBackend {
             empty(&q, [blocks, d, dv]),
         );
         let (count, dim) = grid(&q, blocks, c);
-        let [gb, gh] = layout.gates;
         moments_kernel::launch(
             &q.client.clone(),
             count,
@@ -93,10 +92,7 @@ impl Hla2Fused for CubeBackend {
             w.clone().into_tensor_arg(),
             a.clone().into_tensor_arg(),
             dz.clone().into_tensor_arg(),
-            layout.chunks,
-            layout.heads,
-            gb,
-            gh,
+            layout.gate_arg(),
             c,
             d,
             dv,
