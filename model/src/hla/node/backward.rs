@@ -67,9 +67,10 @@ impl Backward {
         p: u32,
         transposed: bool,
     ) -> Read {
+        #[cfg(gpu_kernels)]
         if self.gate.is_none()
             && let Some((updates, dq)) =
-                fused_state_read(q, &dy, &x_start, &self.decay, p, transposed)
+                super::fused::state_read(q, &dy, &x_start, &self.decay, p, transposed)
         {
             let (after, first) = self
                 .chunks
@@ -107,8 +108,8 @@ impl Backward {
     /// `W K` (`A = U = K`, `T = W`, `X = S`; `∂K` the sum of the first two), third order's
     /// output (`A`, `B`, `Y`, p = 3), its `W K` (as hla2's) and `W V` (`A = K`, `U = V`,
     /// `T = W`, `X = P`), AHLA's `A^γ B` (`A = K`, `U = B`, `T = A^γ`, `X = E`) and `A^γ V`
-    /// (`U = V`, `X = P`): every masked product of the chunk equations. On a GPU device without the gates' gradient, one
-    /// kernel ([`super::fused`]).
+    /// (`U = V`, `X = P`): every masked product of the chunk equations. On a GPU device
+    /// without the gates' gradient, one kernel ([`super::fused`]).
     pub(crate) fn moment_product(
         &mut self,
         q: &Tensor<5>,
@@ -117,8 +118,10 @@ impl Backward {
         x_after: Tensor<5>,
         p: u32,
     ) -> [Tensor<5>; 3] {
+        #[cfg(gpu_kernels)]
         if self.gate.is_none()
-            && let Some(grads) = fused_moment_grads(q, &g, [&a, &u, &t], &x_after, &self.decay, p)
+            && let Some(grads) =
+                super::fused::moment_grads(q, &g, [&a, &u, &t], &x_after, &self.decay, p)
         {
             return grads;
         }
@@ -181,44 +184,4 @@ fn rows(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
 /// `⟨x, y⟩` per chunk, `[.., 1, 1]`.
 fn whole(x: Tensor<5>, y: Tensor<5>) -> Tensor<5> {
     (x * y).sum_dim(4).sum_dim(3)
-}
-
-/// `[∂U, ∂A, G A]` of [`Backward::moment_product`] by the GPU kernel ([`super::fused`])
-/// where it applies (the node's backward pass on a GPU device, no gradient for the
-/// gates); `None` elsewhere.
-fn fused_moment_grads(
-    q: &Tensor<5>,
-    dy: &Tensor<5>,
-    aut: [&Tensor<5>; 3],
-    x_after: &Tensor<5>,
-    decay: &Decay<5>,
-    power: u32,
-) -> Option<[Tensor<5>; 3]> {
-    #[cfg(gpu_kernels)]
-    return super::fused::moment_grads(q, dy, aut, x_after, decay, power);
-    #[cfg(not(gpu_kernels))]
-    {
-        let _ = (q, dy, aut, x_after, decay, power);
-        None
-    }
-}
-
-/// `(the updates, ∂Q's term)` of [`Backward::read`] by the GPU kernel ([`super::fused`])
-/// where it applies (the node's backward pass on a GPU device, no gradient for the
-/// gates); `None` elsewhere.
-fn fused_state_read(
-    q: &Tensor<5>,
-    dy: &Tensor<5>,
-    x_start: &Tensor<5>,
-    decay: &Decay<5>,
-    power: u32,
-    transposed: bool,
-) -> Option<(Tensor<5>, Tensor<5>)> {
-    #[cfg(gpu_kernels)]
-    return super::fused::state_read(q, dy, x_start, decay, power, transposed);
-    #[cfg(not(gpu_kernels))]
-    {
-        let _ = (q, dy, x_start, decay, power, transposed);
-        None
-    }
 }
