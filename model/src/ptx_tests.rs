@@ -239,6 +239,8 @@ fn the_nodes_kernels_compile_to_ptx() {
             (),
             (),
             (),
+            (),
+            (),
             true,
             reverse,
         );

@@ -59,7 +59,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     let kt = k.clone().transpose();
 
     let dp = update(&k, &v, &decay, 1);
-    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
+    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1);
     let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true);
     let (a_gamma, b) = match fused {
         Some((a_gamma, b)) => (a_gamma.expect("the scores, asked for"), b),
@@ -72,7 +72,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     };
 
     let de = update(&k, &b, &decay, 1);
-    let (e_start, e) = chunks.scan(state.e, de, &decay, 1.0);
+    let (e_start, e) = chunks.scan(state.e, de, &decay, 1);
     let o = match fused_output([&q, &k, &b, &e_start], &decay, 1, false) {
         Some((_, o)) => o,
         None => {

@@ -17,13 +17,14 @@ use cubecl::prelude::*;
 use crate::backend::gpu::{cubes, empty, units};
 use crate::hla::gpu::blocks::gate_row;
 
-/// How a scan runs: its sequences' heads, the gates' `[gb, gh]`, whether it decays and
-/// which way it walks.
+/// How a scan runs: its sequences' heads, the gates' `[gb, gh]`, whether it decays, the
+/// decay's power `p` and which way it walks.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Scan {
     pub(crate) heads: usize,
     pub(crate) gates: [usize; 2],
     pub(crate) decayed: bool,
+    pub(crate) power: u32,
     pub(crate) reverse: bool,
 }
 
@@ -31,17 +32,18 @@ pub(crate) struct Scan {
 /// custom op).
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait ScanKernels: Backend {
-    /// `X_{m+1} = ρ_m X_m + Δ_m` from `start [seqs, cols]` over `deltas [seqs, chunks,
-    /// cols]` and `log ρ [gb, gh, chunks]` (read only when `scan.decayed`; seqs are
-    /// batch × heads). Forward: the state every chunk starts from and the state after
+    /// `X_{m+1} = ρ_m^p X_m + Δ_m` from `start [seqs, cols]` over `deltas [seqs, chunks,
+    /// cols]`, with `log ρ_m` the last of chunk `m`'s cumulative log gates `b [gb · gh,
+    /// chunks · c]` (read only when `scan.decayed`; seqs are batch × heads): the chunks'
+    /// decay needs no tensor of its own. Forward: the state every chunk starts from and the state after
     /// the last one. With `scan.reverse` the chunks run from the last: the state after
     /// every chunk and the state before the first. Returns `(states [seqs, chunks, cols],
     /// end [seqs, cols])`.
-    #[fusion(meta = |start, deltas, _log_rho, _scan| (deltas.clone(), start.clone()))]
+    #[fusion(meta = |start, deltas, _b, _scan| (deltas.clone(), start.clone()))]
     fn chunk_scan(
         start: FloatTensor<Self>,
         deltas: FloatTensor<Self>,
-        log_rho: FloatTensor<Self>,
+        b: FloatTensor<Self>,
         scan: Scan,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
@@ -50,11 +52,12 @@ impl ScanKernels for CubeBackend {
     fn chunk_scan(
         start: FloatTensor<Self>,
         deltas: FloatTensor<Self>,
-        log_rho: FloatTensor<Self>,
+        b: FloatTensor<Self>,
         scan: Scan,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [start, deltas, log_rho] = [start, deltas, log_rho].map(into_contiguous);
+        let [start, deltas, b] = [start, deltas, b].map(into_contiguous);
         let [seqs, chunks, cols] = deltas.shape().dims::<3>();
+        let c = b.shape().dims::<2>()[1] / chunks;
         let (states, end) = (
             empty(&deltas, [seqs, chunks, cols]),
             empty(&deltas, [seqs, cols]),
@@ -68,14 +71,16 @@ impl ScanKernels for CubeBackend {
             dim,
             start.into_tensor_arg(),
             deltas.into_tensor_arg(),
-            log_rho.into_tensor_arg(),
+            b.into_tensor_arg(),
             states.clone().into_tensor_arg(),
             end.clone().into_tensor_arg(),
             chunks,
+            c,
             cols,
             scan.heads,
             gb,
             gh,
+            scan.power as f32,
             scan.decayed,
             scan.reverse,
         );
@@ -90,14 +95,16 @@ impl ScanKernels for CubeBackend {
 pub(crate) fn scan_kernel(
     start: &Tensor<f32>,
     deltas: &Tensor<f32>,
-    log_rho: &Tensor<f32>,
+    b: &Tensor<f32>,
     states: &mut Tensor<f32>,
     end: &mut Tensor<f32>,
     chunks: usize,
+    c: usize,
     cols: usize,
     heads: usize,
     gb: usize,
     gh: usize,
+    power: f32,
     #[comptime] decayed: bool,
     #[comptime] reverse: bool,
 ) {
@@ -119,7 +126,7 @@ pub(crate) fn scan_kernel(
         states[idx] = x;
         let mut rho = 1.0f32;
         if decayed {
-            rho = log_rho[gate + m].exp();
+            rho = (power * b[(gate + m) * c + c - 1]).exp();
         }
         x = rho * x + deltas[idx];
     }

@@ -94,9 +94,9 @@ impl Chunks {
         initial: Tensor<4>,
         deltas: Tensor<5>,
         decay: &Decay<5>,
-        p: f64,
+        p: u32,
     ) -> (Tensor<5>, Tensor<4>) {
-        scan(initial, deltas, decay.log_rho(p))
+        scan(initial, deltas, decay, p)
     }
 
     /// The same scan run from the last chunk back, as a backward pass carries a state's
@@ -109,9 +109,9 @@ impl Chunks {
         last: Tensor<4>,
         deltas: Tensor<5>,
         decay: &Decay<5>,
-        p: f64,
+        p: u32,
     ) -> (Tensor<5>, Tensor<4>) {
-        scan_back(last, deltas, decay.log_rho(p))
+        scan_back(last, deltas, decay, p)
     }
 
     /// Tokens of padding after the last real one.

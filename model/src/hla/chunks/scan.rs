@@ -5,19 +5,20 @@
 use burn::prelude::*;
 
 use super::pad_end;
-use crate::hla::decay::{decay_between, mask_from};
+use crate::hla::decay::{Decay, decay_between, mask_from};
 
-/// [`super::Chunks::scan`] with the chunks' log decay `log ρ^p [b or 1, h or 1, chunks, 1, 1]`
-/// (`None`: no decay).
+/// [`super::Chunks::scan`] with the decay inside the chunks and its power `p` (the chunks'
+/// log decay `log ρ^p` is `p` times the last cumulative log gate of each chunk).
 pub(super) fn scan(
     initial: Tensor<4>,
     deltas: Tensor<5>,
-    log_rho: Option<Tensor<5>>,
+    decay: &Decay<5>,
+    p: u32,
 ) -> (Tensor<5>, Tensor<4>) {
     along_chunks(
         initial,
         deltas,
-        log_rho,
+        (decay, p),
         false,
         |initial, deltas, log_rho| {
             match log_rho {
@@ -34,16 +35,17 @@ pub(super) fn scan(
     )
 }
 
-/// [`super::Chunks::scan_back`] with the chunks' log decay (as [`scan`]). `∂X_n = Σ_{m≥n}
+/// [`super::Chunks::scan_back`] with the decay (as [`scan`]). `∂X_n = Σ_{m≥n}
 /// (Π_{n≤l<m} ρ_l) y_m` over `y = [δ_0, …, δ_{N−1}, ∂X_N]`: the transpose of the forward
 /// scan's mask. Past two blocks' worth of chunks, the forward scan runs on the chunks in
 /// reverse (a flip costs a copy, which the shorter paths avoid).
 pub(super) fn scan_back(
     last: Tensor<4>,
     deltas: Tensor<5>,
-    log_rho: Option<Tensor<5>>,
+    decay: &Decay<5>,
+    p: u32,
 ) -> (Tensor<5>, Tensor<4>) {
-    along_chunks(last, deltas, log_rho, true, |last, deltas, log_rho| {
+    along_chunks(last, deltas, (decay, p), true, |last, deltas, log_rho| {
         let n = deltas.dims()[2];
         match log_rho {
             None => {
@@ -67,54 +69,59 @@ pub(super) fn scan_back(
 }
 
 /// What both scans share: a state `x [b, h, rows, cols]` and `deltas [b, h, n, rows, cols]`
-/// flattened to `[b, h, rows·cols]` and `[b, h, n, rows·cols]`, `log ρ` to `[gb, gh, n, 1]`,
-/// scanned by the GPU kernel where it applies ([`on_gpu`], back when `reverse`) and by
-/// `composed` elsewhere, and the results laid out as states again.
+/// flattened to `[b, h, rows·cols]` and `[b, h, n, rows·cols]`, scanned by the GPU kernel
+/// where it applies ([`on_gpu`], back when `reverse`; it reads the chunks' decay from the
+/// cumulative log gates itself) and by `composed` elsewhere, with `log ρ^p [gb, gh, n, 1]`,
+/// and the results laid out as states again.
 fn along_chunks(
     x: Tensor<4>,
     deltas: Tensor<5>,
-    log_rho: Option<Tensor<5>>,
+    (decay, p): (&Decay<5>, u32),
     reverse: bool,
     composed: impl FnOnce(Tensor<3>, Tensor<4>, Option<Tensor<4>>) -> (Tensor<4>, Tensor<3>),
 ) -> (Tensor<5>, Tensor<4>) {
     let [b, h, n, rows, cols] = deltas.dims();
     let x = x.reshape([b, h, rows * cols]);
     let deltas = deltas.reshape([b, h, n, rows * cols]);
-    let log_rho = log_rho.map(|r| {
-        let [gb, gh, ..] = r.dims();
-        r.reshape([gb, gh, n, 1])
-    });
     #[cfg(gpu_kernels)]
-    let kernel = on_gpu(&x, &deltas, log_rho.as_ref(), reverse);
+    let kernel = on_gpu(&x, &deltas, decay.log_decay().as_ref(), p, reverse);
     #[cfg(not(gpu_kernels))]
     let kernel = {
         let _ = reverse;
         None
     };
-    let (states, end) = kernel.unwrap_or_else(|| composed(x, deltas, log_rho));
+    let (states, end) = kernel.unwrap_or_else(|| {
+        let log_rho = decay.log_rho(f64::from(p)).map(|r| {
+            let [gb, gh, ..] = r.dims();
+            r.reshape([gb, gh, n, 1])
+        });
+        composed(x, deltas, log_rho)
+    });
     (
         states.reshape([b, h, n, rows, cols]),
         end.reshape([b, h, rows, cols]),
     )
 }
 
-/// The scan of `x [b, h, cols]` over `deltas [b, h, n, cols]` with `log ρ [gb, gh, n, 1]`
-/// as one GPU kernel ([`super::gpu`]), forward or back, where it applies: f32 on a CubeCL device
-/// that no gradient tracks, with the GPU kernels or the nodes on, and buffers the kernel
-/// can index; `None` elsewhere (the composed scan runs).
+/// The scan of `x [b, h, cols]` over `deltas [b, h, n, cols]` with the cumulative log gates
+/// `b [gb, gh, n, c, 1]` and the decay's power `p` as one GPU kernel ([`super::gpu`]),
+/// forward or back, where it applies: f32 on a CubeCL device that no gradient tracks, with
+/// the GPU kernels or the nodes on, and buffers the kernel can index; `None` elsewhere
+/// (the composed scan runs).
 #[cfg(gpu_kernels)]
 fn on_gpu(
     x: &Tensor<3>,
     deltas: &Tensor<4>,
-    log_rho: Option<&Tensor<4>>,
+    b: Option<&Tensor<5>>,
+    p: u32,
     reverse: bool,
 ) -> Option<(Tensor<4>, Tensor<3>)> {
     use crate::backend::takes_gpu_step;
     let applies = takes_gpu_step(x)
         && takes_gpu_step(deltas)
-        && log_rho.is_none_or(takes_gpu_step)
+        && b.is_none_or(takes_gpu_step)
         && crate::backend::gpu::fits(&deltas.device(), [deltas.shape().num_elements()]);
-    applies.then(|| gpu_scan(x, deltas, log_rho, reverse))
+    applies.then(|| gpu_scan(x, deltas, b, p, reverse))
 }
 
 /// [`on_gpu`]'s kernel call, wherever the tensors are on a CubeCL device.
@@ -122,28 +129,33 @@ fn on_gpu(
 fn gpu_scan(
     x: &Tensor<3>,
     deltas: &Tensor<4>,
-    log_rho: Option<&Tensor<4>>,
+    gates: Option<&Tensor<5>>,
+    power: u32,
     reverse: bool,
 ) -> (Tensor<4>, Tensor<3>) {
     use super::gpu::{Scan, ScanKernels};
     use burn::backend::Dispatch;
     let [b, h, n, cols] = deltas.dims();
-    let [gb, gh] = log_rho.map_or([1, 1], |r| [r.dims()[0], r.dims()[1]]);
+    let [gb, gh] = gates.map_or([1, 1], |g| [g.dims()[0], g.dims()[1]]);
     let scan = Scan {
         heads: h,
         gates: [gb, gh],
-        decayed: log_rho.is_some(),
+        decayed: gates.is_some(),
+        power,
         reverse,
     };
     // Without decay the kernel reads no gates: any tensor stands in.
-    let log_rho = log_rho.map_or_else(
+    let gates = gates.map_or_else(
         || deltas.clone().reshape([b * h, n * cols]),
-        |r| r.clone().reshape([gb * gh, n]),
+        |g| {
+            let c = g.dims()[3];
+            g.clone().reshape([gb * gh, n * c])
+        },
     );
     let (states, end) = <Dispatch as ScanKernels>::chunk_scan(
         x.clone().reshape([b * h, cols]).into_dispatch(),
         deltas.clone().reshape([b * h, n, cols]).into_dispatch(),
-        log_rho.into_dispatch(),
+        gates.into_dispatch(),
         scan,
     );
     (
@@ -297,27 +309,29 @@ mod gpu_tests {
     use super::*;
     use crate::agreement::relative_rms_error;
 
-    /// The scan kernel against the recurrence, forward and back, over 1, 3 and 40 chunks:
-    /// without decay, and with gates per sequence and head, shared by the batch, and
-    /// shared by the heads.
+    /// The scan kernel against the recurrence, forward and back, over 1, 3 and 40 chunks of
+    /// 4 tokens with the decay's power 2 (`log ρ = 2 b_last`): without decay, and with
+    /// gates per sequence and head, shared by the batch, and shared by the heads.
     #[test]
     fn the_gpu_scan_is_the_recurrence() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let (b, h, cols) = (2, 3, 5);
+        let (b, h, cols, c, p) = (2, 3, 5, 4, 2);
         let normal = Distribution::Normal(0.0, 1.0);
         for n in [1, 3, 40] {
             for gates in [None, Some([b, h]), Some([1, h]), Some([b, 1])] {
                 for reverse in [false, true] {
                     let x0 = Tensor::<3>::random([b, h, cols], normal, &device);
                     let deltas = Tensor::<4>::random([b, h, n, cols], normal, &device);
-                    let log_rho = gates.map(|[gb, gh]| {
-                        let uniform = Distribution::Uniform(-1.0, 0.0);
-                        Tensor::<4>::random([gb, gh, n, 1], uniform, &device)
+                    let cumulative = gates.map(|[gb, gh]| {
+                        let uniform = Distribution::Uniform(-0.5, 0.0);
+                        Tensor::<5>::random([gb, gh, n, c, 1], uniform, &device).cumsum(3)
                     });
-                    let (states, end) = gpu_scan(&x0, &deltas, log_rho.as_ref(), reverse);
+                    let (states, end) = gpu_scan(&x0, &deltas, cumulative.as_ref(), p, reverse);
                     let [gb, gh] = gates.unwrap_or([1, 1]);
                     let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
-                    let l = log_rho.map_or(vec![0.0; n], host);
+                    let l = cumulative.map_or(vec![0.0; n], |g| {
+                        host(g.narrow(3, c - 1, 1).squeeze_dim(4) * f64::from(p))
+                    });
                     let gate = |seq: usize| {
                         let row = if gb > 1 { (seq / h) * gh } else { 0 };
                         row + if gh > 1 { seq % h } else { 0 }

@@ -49,7 +49,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     let kt = k.clone().transpose();
 
     let ds = update(&k, &v, &decay, 1);
-    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
+    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1);
     let fused = fused_output([&q, &k, &v, &s_start], &decay, 1, true);
     let (scores, o) = match fused {
         Some((scores, o)) => (scores.expect("the scores, asked for"), o),

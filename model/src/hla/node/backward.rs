@@ -72,13 +72,11 @@ impl Backward {
             && let Some((updates, dq)) =
                 super::fused::state_read(q, &dy, &x_start, &self.decay, p, transposed)
         {
-            let (after, first) = self
-                .chunks
-                .scan_back(x_last, updates, &self.decay, p.into());
+            let (after, first) = self.chunks.scan_back(x_last, updates, &self.decay, p);
             return Read { dq, after, first };
         }
-        let p = f64::from(p);
-        let ady = self.decay.since_start(dy, p);
+        let power = f64::from(p);
+        let ady = self.decay.since_start(dy, power);
         let updates = match transposed {
             false => q.clone().transpose().matmul(ady.clone()),
             true => ady.clone().transpose().matmul(q.clone()),
@@ -90,9 +88,9 @@ impl Backward {
         };
         if let Some(gate) = &mut self.gate {
             let qx = q.clone().matmul(read(x_start.clone()));
-            gate.since_start(p, rows(ady.clone(), qx));
+            gate.since_start(power, rows(ady.clone(), qx));
             let states = whole(after.clone(), x_start.clone());
-            gate.whole(p, self.decay.whole(states, p));
+            gate.whole(power, self.decay.whole(states, power));
         }
         Read {
             dq: ady.matmul(read(x_start).transpose()),

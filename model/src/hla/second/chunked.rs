@@ -64,7 +64,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     let kt = k.clone().transpose();
 
     let ds = update(&k, &k, &decay, 1);
-    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
+    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1);
     let (w, a, dz) = fused_moments(&q, &k, &v, &s_start, &decay).unwrap_or_else(|| {
         let w = decay.mask(q.clone().matmul(kt), 1);
         let a = decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0)
@@ -76,7 +76,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
         (w, a, dz)
     });
 
-    let (z_start, z) = chunks.scan(state.z, dz, &decay, 2.0);
+    let (z_start, z) = chunks.scan(state.z, dz, &decay, 2);
     let fused = fused_output([&q, &a, &v, &z_start], &decay, 2, true);
     let (p, o) = fused
         .map(|(p, o)| (p.expect("the scores, asked for"), o))

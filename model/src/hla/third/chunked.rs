@@ -68,8 +68,8 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
 
     let ds = update(&k, &k, &decay, 1);
     let dp = update(&k, &v, &decay, 1);
-    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1.0);
-    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1.0);
+    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1);
+    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1);
     let s_t = s_start.clone().transpose();
     let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true).and_then(|(w, b)| {
         let (_, a) = fused_output([&q, &k, &k, &s_t], &decay, 1, false)?;
@@ -83,7 +83,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     });
 
     let dy = update(&a, &b, &decay, 3);
-    let (y_start, y) = chunks.scan(state.y, dy, &decay, 3.0);
+    let (y_start, y) = chunks.scan(state.y, dy, &decay, 3);
     let fused = fused_output([&q, &a, &b, &y_start], &decay, 3, true);
     let (t, o) = match fused {
         Some((t, o)) => (t.expect("the scores, asked for"), o),
