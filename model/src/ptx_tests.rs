@@ -20,6 +20,7 @@ use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
 use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel, update_kernel};
+use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
 use crate::hla::node::fused::kernel::{grads_kernel, read_kernel};
 use crate::hla::second::fused::kernel::moments_kernel;
@@ -246,6 +247,19 @@ fn the_nodes_kernels_compile_to_ptx() {
         );
         assert_module("scan_kernel", &ptx(scan, 90), &[]);
     }
+    // The cumulative log gates inside every chunk (gates in any layout): no shared memory.
+    let log_decay = log_decay_kernel::LogDecayKernel::new(
+        settings(256),
+        properties(),
+        target(),
+        tensor(),
+        tensor(),
+        (),
+        (),
+        (),
+        (),
+    );
+    assert_module("log_decay_kernel", &ptx(log_decay, 90), &[]);
     let output = output_kernel::OutputKernel::new(
         settings(C),
         properties(),

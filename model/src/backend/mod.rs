@@ -100,13 +100,16 @@ pub(crate) fn takes_gpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
 }
 
 /// Whether an untracked step on `x` inside a pass (the node's scans) takes its GPU kernel:
-/// f32 on a CubeCL device that no gradient tracks, with the GPU kernels or the nodes on.
+/// f32 on a CubeCL device without autodiff (the steps have no backward pass; an untracked
+/// tensor on an autodiff device, such as fixed gates, stays composed), with the GPU
+/// kernels or the nodes on.
 #[cfg(gpu_kernels)]
 pub(crate) fn takes_gpu_step<const D: usize>(x: &Tensor<D>) -> bool {
+    let device = x.device();
     matches!(kernels(), Kernels::All | Kernels::Nodes)
         && x.dtype() == DType::F32
-        && !x.is_tracked()
-        && on_gpu(&x.device())
+        && !device.is_autodiff()
+        && on_gpu(&device)
 }
 
 /// Whether Burn runs `device`'s f32 matmuls on TF32 tensor cores: its CubeCL matmul

@@ -43,6 +43,17 @@ impl<const D: usize> Decay<D> {
         }
     }
 
+    /// From the cumulative log gates `b [.., span, 1]` (made by a kernel).
+    #[cfg(gpu_kernels)]
+    pub(crate) fn from_cumulative(b: Tensor<D>) -> Self {
+        Self {
+            gates: Some(Gates {
+                b,
+                mask: OnceCell::new(),
+            }),
+        }
+    }
+
     /// `diag(a^p) x` for `x [.., span, n]`.
     pub(crate) fn since_start(&self, x: Tensor<D>, p: f64) -> Tensor<D> {
         match &self.gates {

@@ -9,6 +9,8 @@
 #[cfg(gpu_kernels)]
 pub(crate) mod fused;
 #[cfg(gpu_kernels)]
+pub(crate) mod gates;
+#[cfg(gpu_kernels)]
 pub(crate) mod gpu;
 mod scan;
 
@@ -75,8 +77,13 @@ impl Chunks {
         }
     }
 
-    /// The decay inside each chunk, from `log_g [b or 1, h or 1, time]`.
+    /// The decay inside each chunk, from `log_g [b or 1, h or 1, time]`: its cumulative log
+    /// gates by one kernel on a GPU device where no gradient is tracked ([`gates`]).
     pub(crate) fn decay(&self, log_g: Option<&Tensor<3>>) -> Decay<5> {
+        #[cfg(gpu_kernels)]
+        if let Some(b) = log_g.and_then(|g| gates::cumulative(g, self.size)) {
+            return Decay::from_cumulative(b);
+        }
         Decay::from_log_gates(log_g.map(|g| {
             let [b, h, _] = g.dims();
             self.pad(g.clone(), 2)

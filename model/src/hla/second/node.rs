@@ -68,13 +68,13 @@ fn backward(
 
     // G, ∂V, ∂A; ∂Q's term through A.
     let [dv, da, dq_a] = pass.moment_product(&q, g, (a, v, p), z.after, 2);
-    let dq = z.dq + dq_a;
 
     // ∂S after every chunk (A reads Sᵀ); ∂Q's term through S.
     let s = pass.read(&q, da.clone(), (s_start, ds_last), 1, true);
-    let dq = dq + s.dq;
 
     // H, ∂K; ∂Q's term through W (the moment product of A's W K).
     let [dk_w, dk_h, dq_h] = pass.moment_product(&q, da, (k.clone(), k, w), s.after, 1);
-    pass.finish([dq + dq_h, dk_w + dk_h, dv], vec![s.first, z.first])
+    // The terms summed after the last product, so a GPU device adds them in one kernel.
+    let dq = z.dq + dq_a + s.dq + dq_h;
+    pass.finish([dq, dk_w + dk_h, dv], vec![s.first, z.first])
 }

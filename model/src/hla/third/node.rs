@@ -68,18 +68,17 @@ fn backward(
 
     // G, ∂B, ∂A; ∂Q's term through A.
     let [db, da, dq_a] = pass.moment_product(&q, g, (a, b, t), y.after, 3);
-    let dq = y.dq + dq_a;
 
     // ∂S (A reads Sᵀ) and ∂P after every chunk; ∂Q's terms through S and P.
     let s = pass.read(&q, da.clone(), (s_start, ds_last), 1, true);
     let p = pass.read(&q, db.clone(), (p_start, dp_last), 1, false);
-    let dq = dq + s.dq + p.dq;
 
     // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D, as the moment products of A's W K and of B's W V.
     let [dk_w, dk_h, dq_h] =
         pass.moment_product(&q, da, (k.clone(), k.clone(), w.clone()), s.after, 1);
     let [dv, dk_v, dq_v] = pass.moment_product(&q, db, (k, v, w), p.after, 1);
-    let dq = dq + dq_h + dq_v;
+    // The terms summed after the last product, so a GPU device adds them in one kernel.
+    let dq = y.dq + dq_a + s.dq + p.dq + dq_h + dq_v;
     pass.finish(
         [dq, dk_w + dk_h + dk_v, dv],
         vec![s.first, p.first, y.first],
