@@ -33,8 +33,8 @@ fn chunked(
     with_operator!(order, O => {
         let state = O::from_tensors(init);
         let (o, state) = match kind {
-            Kind::Cpu => route::on_cpu::<O>(x, state, c),
-            Kind::Node => route::on_node::<O>(x, state, c),
+            Kind::Cpu => route::on_cpu::<O>(x, Some(state), c),
+            Kind::Node => route::on_node::<O>(x, Some(state), c),
             Kind::Composed => O::chunked(x, state, c),
         };
         (o, O::tensors(&state))

@@ -113,15 +113,20 @@ impl Form {
         }
     }
 
-    /// Runs this form of `O`.
-    fn run<O: Operator>(self, input: &HlaInput, state: O::State) -> (Tensor<4>, O::State) {
+    /// Runs this form of `O`
+    /// from `state` (zeros when `None`: the kernels make a zero state packed, in one
+    /// buffer).
+    fn run<O: Operator>(self, input: &HlaInput, state: Option<O::State>) -> (Tensor<4>, O::State) {
+        let zeros = || state::zeros::<O>(input);
         match self {
-            Form::Reference => O::reference(input, state),
-            Form::Recurrent => O::recurrent(input, state),
+            Form::Reference => O::reference(input, state.unwrap_or_else(zeros)),
+            Form::Recurrent => O::recurrent(input, state.unwrap_or_else(zeros)),
             Form::Chunked(chunk) => route::chunked::<O>(input, state, chunk),
             Form::Segmented { chunk, segment } => {
                 let pass = (segment / chunk.max(1)).max(1) * chunk;
-                spans::scan(input, state, pass, |x, s| route::chunked::<O>(x, s, chunk))
+                spans::scan(input, state.unwrap_or_else(zeros), pass, |x, s| {
+                    route::chunked::<O>(x, Some(s), chunk)
+                })
             }
         }
     }
@@ -144,10 +149,9 @@ pub fn forward(
     state: Option<HlaState>,
     output: Output,
 ) -> (Tensor<4>, HlaState) {
-    let state = state.unwrap_or_else(|| HlaState::zeros(order, &input, output));
     let input = output.augment(input);
     let (o, state) = with_operator!(order, O => {
-        let (o, s) = form.run::<O>(&input, O::unwrap(state));
+        let (o, s) = form.run::<O>(&input, state.map(O::unwrap));
         (o, O::wrap(s))
     });
     (output.finish(o), state)

@@ -9,13 +9,13 @@ use burn::prelude::*;
 use super::HlaInput;
 #[cfg(any(cpu_kernels, gpu_kernels))]
 use super::packing::{pack_state, unpack_output};
-use super::state::Operator;
+use super::state::{Operator, zeros};
 
-/// The chunked form of `O`: `chunk` tokens per chunk; `o [batch, heads, time, dv]` and the
-/// final state.
+/// The chunked form of `O` from `state` (zeros when `None`): `chunk` tokens per chunk;
+/// `o [batch, heads, time, dv]` and the final state.
 pub(crate) fn chunked<O: Operator>(
     input: &HlaInput,
-    state: O::State,
+    state: Option<O::State>,
     chunk: usize,
 ) -> (Tensor<4>, O::State) {
     #[cfg(any(cpu_kernels, gpu_kernels))]
@@ -40,7 +40,7 @@ pub(crate) fn chunked<O: Operator>(
             return on_gpu::<O>(input, state, kernel);
         }
     }
-    O::chunked(input, state, chunk)
+    O::chunked(input, state.unwrap_or_else(|| zeros::<O>(input)), chunk)
 }
 
 /// Whether every head has its own keys (the kernels do not take keys shared by the heads).
@@ -54,7 +54,7 @@ fn keys_per_head(input: &HlaInput) -> bool {
 #[cfg(cpu_kernels)]
 pub(crate) fn on_cpu<O: Operator>(
     input: &HlaInput,
-    state: O::State,
+    state: Option<O::State>,
     chunk: usize,
 ) -> (Tensor<4>, O::State) {
     use super::cpu::{CpuChunked, HlaCpuOps};
@@ -69,7 +69,7 @@ pub(crate) fn on_cpu<O: Operator>(
         input.k.clone().into_dispatch(),
         input.v.clone().into_dispatch(),
         log_g.into_dispatch(),
-        pack_state(O::tensors(&state)).into_dispatch(),
+        packed::<O>(input, state).into_dispatch(),
         kernel,
     );
     finish::<O>(Tensor::from_dispatch(packed), input)
@@ -79,7 +79,7 @@ pub(crate) fn on_cpu<O: Operator>(
 #[cfg(gpu_kernels)]
 fn on_gpu<O: Operator>(
     input: &HlaInput,
-    state: O::State,
+    state: Option<O::State>,
     kernel: super::gpu::GpuChunked,
 ) -> (Tensor<4>, O::State) {
     use super::gpu::HlaGpuOps;
@@ -88,7 +88,7 @@ fn on_gpu<O: Operator>(
         input.k.clone().into_dispatch(),
         input.v.clone().into_dispatch(),
         input.gates_or_zeros().into_dispatch(),
-        pack_state(O::tensors(&state)).into_dispatch(),
+        packed::<O>(input, state).into_dispatch(),
         kernel,
     );
     finish::<O>(Tensor::from_dispatch(packed), input)
@@ -99,7 +99,7 @@ fn on_gpu<O: Operator>(
 #[cfg(any(cpu_kernels, gpu_kernels))]
 pub(crate) fn on_node<O: Operator>(
     input: &HlaInput,
-    state: O::State,
+    state: Option<O::State>,
     chunk: usize,
 ) -> (Tensor<4>, O::State) {
     use super::node::{HlaNodeOps, NodeChunked};
@@ -115,10 +115,26 @@ pub(crate) fn on_node<O: Operator>(
         input.k.clone().into_dispatch(),
         input.v.clone().into_dispatch(),
         log_g.into_dispatch(),
-        pack_state(O::tensors(&state)).into_dispatch(),
+        packed::<O>(input, state).into_dispatch(),
         node,
     );
     finish::<O>(Tensor::from_dispatch(packed), input)
+}
+
+/// `state` packed per head ([`pack_state`]); a zero state as one buffer of zeros, where
+/// its parts would be one each and a copy to pack them (every head has its own keys
+/// here, so every part has the query's heads).
+#[cfg(any(cpu_kernels, gpu_kernels))]
+fn packed<O: Operator>(input: &HlaInput, state: Option<O::State>) -> Tensor<1> {
+    match state {
+        Some(state) => pack_state(O::tensors(&state)),
+        None => {
+            let [b, h, _, d] = input.q.dims();
+            let parts = O::state_parts(d, input.v.dims()[3]);
+            let len: usize = parts.iter().map(|[rows, cols]| rows * cols).sum();
+            Tensor::zeros([b * h * len], &input.q.device())
+        }
+    }
 }
 
 /// A kernel's packed `[o, final state]` as `o` and `O`'s state.

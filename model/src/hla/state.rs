@@ -24,6 +24,10 @@ pub(crate) trait Operator {
     /// One head's state as `[rows, cols]` parts, in the order of [`Operator::tensors`].
     fn state_parts(d: usize, dv: usize) -> Vec<[usize; 2]>;
 
+    /// The zero state of `b` sequences with `h` heads (`sh` for the key moment) and widths
+    /// `d`, `dv`.
+    fn zeros(heads: [usize; 3], widths: [usize; 2], device: &Device) -> Self::State;
+
     fn tensors(state: &Self::State) -> Vec<Tensor<4>>;
 
     fn from_tensors(tensors: Vec<Tensor<4>>) -> Self::State;
@@ -67,6 +71,10 @@ macro_rules! operators {
 
             fn state_parts(d: usize, dv: usize) -> Vec<[usize; 2]> {
                 $order::state_parts(d, dv)
+            }
+
+            fn zeros(heads: [usize; 3], widths: [usize; 2], device: &Device) -> Self {
+                Self::zeros(heads, widths, device)
             }
 
             fn tensors(state: &Self) -> Vec<Tensor<4>> {
@@ -170,11 +178,8 @@ impl HlaState {
     /// The zero state for `input`'s batch, heads and dimensions; with
     /// [`Output::Normalized`] the value-side tensors get the denominator column.
     pub fn zeros(order: Order, input: &HlaInput, output: Output) -> Self {
-        let [b, h, _, d] = input.q.dims();
-        let dv = input.v.dims()[3] + usize::from(matches!(output, Output::Normalized { .. }));
-        let heads = [b, h, input.key_state_heads()];
-        let device = input.q.device();
-        with_operator!(order, O => O::wrap(O::zeros(heads, [d, dv], &device)))
+        let extra = usize::from(matches!(output, Output::Normalized { .. }));
+        with_operator!(order, O => O::wrap(zeros_with::<O>(input, extra)))
     }
 
     /// Which operator this state belongs to.
@@ -210,4 +215,16 @@ impl HlaState {
             .map(|t| t.shape().num_elements() / t.dims()[0])
             .sum()
     }
+}
+
+/// The zero state of `O` for `input`'s batch, heads and widths.
+pub(crate) fn zeros<O: Operator>(input: &HlaInput) -> O::State {
+    zeros_with::<O>(input, 0)
+}
+
+/// [`zeros`] with `extra` value columns (the denominator's).
+fn zeros_with<O: Operator>(input: &HlaInput, extra: usize) -> O::State {
+    let [b, h, _, d] = input.q.dims();
+    let dv = input.v.dims()[3] + extra;
+    O::zeros([b, h, input.key_state_heads()], [d, dv], &input.q.device())
 }

@@ -32,13 +32,13 @@ pub(crate) struct Scan {
 /// custom op).
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait ScanKernels: Backend {
-    /// `X_{m+1} = ρ_m^p X_m + Δ_m` from `start [seqs, cols]` over `deltas [seqs, chunks,
-    /// cols]`, with `log ρ_m` the last of chunk `m`'s cumulative log gates `b [gb · gh,
+    /// `X_{m+1} = ρ_m^p X_m + Δ_m` from `start [b, h, rows, cols]` (any strides: a part of
+    /// a packed state is read where it lies) over `deltas [seqs, chunks, rows · cols]`, with `log ρ_m` the last of chunk `m`'s cumulative log gates `b [gb · gh,
     /// chunks · c]` (read only when `scan.decayed`; seqs are batch × heads): the chunks'
     /// decay needs no tensor of its own. Forward: the state every chunk starts from and the state after
     /// the last one. With `scan.reverse` the chunks run from the last: the state after
-    /// every chunk and the state before the first. Returns `(states [seqs, chunks, cols],
-    /// end [seqs, cols])`.
+    /// every chunk and the state before the first. Returns `(states [seqs, chunks, rows ·
+    /// cols], end [b, h, rows, cols])`.
     #[fusion(meta = |start, deltas, _b, _scan| (deltas.clone(), start.clone()))]
     fn chunk_scan(
         start: FloatTensor<Self>,
@@ -55,12 +55,12 @@ impl ScanKernels for CubeBackend {
         b: FloatTensor<Self>,
         scan: Scan,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [start, deltas, b] = [start, deltas, b].map(into_contiguous);
+        let [deltas, b] = [deltas, b].map(into_contiguous);
         let [seqs, chunks, cols] = deltas.shape().dims::<3>();
         let c = b.shape().dims::<2>()[1] / chunks;
         let (states, end) = (
             empty(&deltas, [seqs, chunks, cols]),
-            empty(&deltas, [seqs, cols]),
+            empty(&deltas, start.shape().dims::<4>()),
         );
         let dim = CubeDim::new_1d(units(&deltas));
         let count = cubes(&deltas, (seqs * cols).div_ceil(dim.num_elems() as usize));
@@ -116,7 +116,11 @@ pub(crate) fn scan_kernel(
     let seq = at / cols;
     let col = at % cols;
     let gate = gate_row(seq, heads, gb, gh) * chunks;
-    let mut x = start[at];
+    let part = start.shape(3);
+    let mut x = start[(seq / heads) * start.stride(0)
+        + (seq % heads) * start.stride(1)
+        + (col / part) * start.stride(2)
+        + (col % part) * start.stride(3)];
     for i in 0..chunks {
         let mut m = i;
         if reverse {

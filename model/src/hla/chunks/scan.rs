@@ -68,11 +68,12 @@ pub(super) fn scan_back(
     })
 }
 
-/// What both scans share: a state `x [b, h, rows, cols]` and `deltas [b, h, n, rows, cols]`
-/// flattened to `[b, h, rows·cols]` and `[b, h, n, rows·cols]`, scanned by the GPU kernel
-/// where it applies ([`on_gpu`], back when `reverse`; it reads the chunks' decay from the
-/// cumulative log gates itself) and by `composed` elsewhere, with `log ρ^p [gb, gh, n, 1]`,
-/// and the results laid out as states again.
+/// What both scans share: a state `x [b, h, rows, cols]` and `deltas [b, h, n, rows,
+/// cols]`, scanned by the GPU kernel where it applies ([`on_gpu`], back when `reverse`;
+/// it reads the chunks' decay from the cumulative log gates, and `x` in whatever layout
+/// it comes, such as a part of a packed state) and by `composed` elsewhere, on `x` and
+/// `deltas` flattened to `[b, h, rows·cols]` and `[b, h, n, rows·cols]` with `log ρ^p
+/// [gb, gh, n, 1]`.
 fn along_chunks(
     x: Tensor<4>,
     deltas: Tensor<5>,
@@ -80,42 +81,41 @@ fn along_chunks(
     reverse: bool,
     composed: impl FnOnce(Tensor<3>, Tensor<4>, Option<Tensor<4>>) -> (Tensor<4>, Tensor<3>),
 ) -> (Tensor<5>, Tensor<4>) {
-    let [b, h, n, rows, cols] = deltas.dims();
-    let x = x.reshape([b, h, rows * cols]);
-    let deltas = deltas.reshape([b, h, n, rows * cols]);
     #[cfg(gpu_kernels)]
-    let kernel = on_gpu(&x, &deltas, decay.log_decay().as_ref(), p, reverse);
+    if let Some(scanned) = on_gpu(&x, &deltas, decay.log_decay().as_ref(), p, reverse) {
+        return scanned;
+    }
     #[cfg(not(gpu_kernels))]
-    let kernel = {
-        let _ = reverse;
-        None
-    };
-    let (states, end) = kernel.unwrap_or_else(|| {
-        let log_rho = decay.log_rho(f64::from(p)).map(|r| {
-            let [gb, gh, ..] = r.dims();
-            r.reshape([gb, gh, n, 1])
-        });
-        composed(x, deltas, log_rho)
+    let _ = reverse;
+    let [b, h, n, rows, cols] = deltas.dims();
+    let log_rho = decay.log_rho(f64::from(p)).map(|r| {
+        let [gb, gh, ..] = r.dims();
+        r.reshape([gb, gh, n, 1])
     });
+    let (states, end) = composed(
+        x.reshape([b, h, rows * cols]),
+        deltas.reshape([b, h, n, rows * cols]),
+        log_rho,
+    );
     (
         states.reshape([b, h, n, rows, cols]),
         end.reshape([b, h, rows, cols]),
     )
 }
 
-/// The scan of `x [b, h, cols]` over `deltas [b, h, n, cols]` with the cumulative log gates
-/// `b [gb, gh, n, c, 1]` and the decay's power `p` as one GPU kernel ([`super::gpu`]),
-/// forward or back, where it applies: f32 on a CubeCL device that no gradient tracks, with
-/// the GPU kernels or the nodes on, and buffers the kernel can index; `None` elsewhere
-/// (the composed scan runs).
+/// The scan of `x [b, h, rows, cols]` over `deltas [b, h, n, rows, cols]` with the
+/// cumulative log gates `b [gb, gh, n, c, 1]` and the decay's power `p` as one GPU kernel
+/// ([`super::gpu`]), forward or back, where it applies: f32 on a CubeCL device that no
+/// gradient tracks, with the GPU kernels or the nodes on, and buffers the kernel can
+/// index; `None` elsewhere (the composed scan runs).
 #[cfg(gpu_kernels)]
 fn on_gpu(
-    x: &Tensor<3>,
-    deltas: &Tensor<4>,
+    x: &Tensor<4>,
+    deltas: &Tensor<5>,
     b: Option<&Tensor<5>>,
     p: u32,
     reverse: bool,
-) -> Option<(Tensor<4>, Tensor<3>)> {
+) -> Option<(Tensor<5>, Tensor<4>)> {
     use crate::backend::takes_gpu_step;
     let applies = takes_gpu_step(x)
         && takes_gpu_step(deltas)
@@ -127,15 +127,15 @@ fn on_gpu(
 /// [`on_gpu`]'s kernel call, wherever the tensors are on a CubeCL device.
 #[cfg(gpu_kernels)]
 fn gpu_scan(
-    x: &Tensor<3>,
-    deltas: &Tensor<4>,
+    x: &Tensor<4>,
+    deltas: &Tensor<5>,
     gates: Option<&Tensor<5>>,
     power: u32,
     reverse: bool,
-) -> (Tensor<4>, Tensor<3>) {
+) -> (Tensor<5>, Tensor<4>) {
     use super::gpu::{Scan, ScanKernels};
     use burn::backend::Dispatch;
-    let [b, h, n, cols] = deltas.dims();
+    let [b, h, n, rows, cols] = deltas.dims();
     let [gb, gh] = gates.map_or([1, 1], |g| [g.dims()[0], g.dims()[1]]);
     let scan = Scan {
         heads: h,
@@ -146,21 +146,24 @@ fn gpu_scan(
     };
     // Without decay the kernel reads no gates: any tensor stands in.
     let gates = gates.map_or_else(
-        || deltas.clone().reshape([b * h, n * cols]),
+        || deltas.clone().reshape([b * h, n * rows * cols]),
         |g| {
             let c = g.dims()[3];
             g.clone().reshape([gb * gh, n * c])
         },
     );
     let (states, end) = <Dispatch as ScanKernels>::chunk_scan(
-        x.clone().reshape([b * h, cols]).into_dispatch(),
-        deltas.clone().reshape([b * h, n, cols]).into_dispatch(),
+        x.clone().into_dispatch(),
+        deltas
+            .clone()
+            .reshape([b * h, n, rows * cols])
+            .into_dispatch(),
         gates.into_dispatch(),
         scan,
     );
     (
-        Tensor::<3>::from_dispatch(states).reshape([b, h, n, cols]),
-        Tensor::<2>::from_dispatch(end).reshape([b, h, cols]),
+        Tensor::<3>::from_dispatch(states).reshape([b, h, n, rows, cols]),
+        Tensor::<4>::from_dispatch(end),
     )
 }
 
@@ -320,13 +323,16 @@ mod gpu_tests {
         for n in [1, 3, 40] {
             for gates in [None, Some([b, h]), Some([1, h]), Some([b, 1])] {
                 for reverse in [false, true] {
-                    let x0 = Tensor::<3>::random([b, h, cols], normal, &device);
-                    let deltas = Tensor::<4>::random([b, h, n, cols], normal, &device);
+                    // The state a transposed view (as a part of a packed state is a
+                    // view): the kernel reads it through its strides.
+                    let x0 = Tensor::<4>::random([b, h, cols, 1], normal, &device).swap_dims(2, 3);
+                    let deltas = Tensor::<5>::random([b, h, n, 1, cols], normal, &device);
                     let cumulative = gates.map(|[gb, gh]| {
                         let uniform = Distribution::Uniform(-0.5, 0.0);
                         Tensor::<5>::random([gb, gh, n, c, 1], uniform, &device).cumsum(3)
                     });
                     let (states, end) = gpu_scan(&x0, &deltas, cumulative.as_ref(), p, reverse);
+                    let (states, end) = (states.squeeze_dim(3), end);
                     let [gb, gh] = gates.unwrap_or([1, 1]);
                     let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
                     let l = cumulative.map_or(vec![0.0; n], |g| {
@@ -337,7 +343,7 @@ mod gpu_tests {
                         row + if gh > 1 { seq % h } else { 0 }
                     };
                     let (want_states, want_end) = recurrence(
-                        [&host(x0.unsqueeze_dim(2)), &host(deltas), &l],
+                        [&host(x0), &host(deltas.squeeze_dim(3)), &l],
                         [n, cols],
                         gate,
                         reverse,
@@ -347,7 +353,7 @@ mod gpu_tests {
                     };
                     let errors = [
                         relative_rms_error(states, want(want_states, [b, h, n, cols])),
-                        relative_rms_error(end.unsqueeze_dim(2), want(want_end, [b, h, 1, cols])),
+                        relative_rms_error(end, want(want_end, [b, h, 1, cols])),
                     ];
                     assert!(
                         errors.iter().all(|e| *e < 1e-5),
