@@ -10,9 +10,10 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 
-/// The gradient of every input, from the saved tensors and the output's gradient.
+/// The gradient of every input, from the saved tensors, the output's gradient and which
+/// inputs want one (a gradient no input wants is dropped unread).
 type BackwardFn<B, const N: usize> =
-    Box<dyn FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send>;
+    Box<dyn FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>, [bool; N]) -> [FloatTensor<B>; N] + Send>;
 
 struct KernelNode<B: Backend, const N: usize>(BackwardFn<B, N>);
 
@@ -27,7 +28,8 @@ impl<B: Backend, const N: usize> Backward<B, N> for KernelNode<B, N> {
 
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
-        let input_grads = (self.0)(ops.state, grad);
+        let wanted = ops.parents.each_ref().map(Option::is_some);
+        let input_grads = (self.0)(ops.state, grad, wanted);
         for (parent, grad) in ops.parents.into_iter().zip(input_grads) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);
@@ -52,6 +54,18 @@ pub(crate) fn record_tracked<B: Backend, C: CheckpointStrategy, const N: usize>(
     inputs: [FloatTensor<Autodiff<B, C>>; N],
     forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Vec<FloatTensor<B>>),
     backward: impl FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>) -> [FloatTensor<B>; N] + Send + 'static,
+) -> FloatTensor<Autodiff<B, C>> {
+    record_wanted::<B, C, N>(inputs, forward, move |saved, grad, _| backward(saved, grad))
+}
+
+/// [`record_tracked`] for a `backward` told which inputs want a gradient, so that it can
+/// skip the work of one that none wants (it returns any tensor in its place).
+pub(crate) fn record_wanted<B: Backend, C: CheckpointStrategy, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+    forward: impl FnOnce([FloatTensor<B>; N], bool) -> (FloatTensor<B>, Vec<FloatTensor<B>>),
+    backward: impl FnOnce(Vec<FloatTensor<B>>, FloatTensor<B>, [bool; N]) -> [FloatTensor<B>; N]
+    + Send
+    + 'static,
 ) -> FloatTensor<Autodiff<B, C>> {
     let (primitives, guards) = split::<B, C, N>(inputs);
     match KernelNode(Box::new(backward))

@@ -126,11 +126,14 @@ pub(crate) fn forward<B: Inner>(
 }
 
 /// Saved `[q, k, v, log g, the order's tensors]` and the packed gradient `[∂o, ∂state]` →
-/// `[∂q, ∂k, ∂v, ∂log g, ∂state₀]` (the gates' gradient zero unless `node.gates`).
+/// `[∂q, ∂k, ∂v, ∂log g, ∂state₀]` (the gates' gradient zero unless `node.gates`); the
+/// gates' and the initial state's only where `wanted` (else a placeholder: the fixed
+/// decay and a zero state want none, and packing the state's gradient is a copy).
 pub(crate) fn backward<B: Inner>(
     saved: Vec<FloatTensor<B>>,
     grad: FloatTensor<B>,
     node: NodeChunked,
+    [.., gates_wanted, state_wanted]: [bool; 5],
 ) -> [FloatTensor<B>; 5] {
     let mut saved = saved.into_iter();
     let mut next = || saved.next().expect("a saved tensor per input");
@@ -147,16 +150,23 @@ pub(crate) fn backward<B: Inner>(
         node.chunk,
         node.gates,
     );
-    let log_g = match grads.log_g {
-        Some(g) => broadcast_sum(g, g_dims),
-        None => Tensor::zeros(g_dims, &x.q.device()),
+    let device = x.q.device();
+    let placeholder = || B::primitive(Tensor::<1>::empty([1], &device));
+    let log_g = match (gates_wanted, grads.log_g) {
+        (false, _) => placeholder(),
+        (true, Some(g)) => B::primitive(broadcast_sum(g, g_dims)),
+        (true, None) => B::primitive(Tensor::<3>::zeros(g_dims, &device)),
+    };
+    let state = match state_wanted {
+        true => B::primitive(pack_state(grads.state)),
+        false => placeholder(),
     };
     [
         B::primitive(grads.q),
         B::primitive(grads.k),
         B::primitive(grads.v),
-        B::primitive(log_g),
-        B::primitive(pack_state(grads.state)),
+        log_g,
+        state,
     ]
 }
 

@@ -8,7 +8,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, backend_extension};
 
 use super::{NodeChunked, backward, forward};
-use crate::backend::autodiff::record_tracked;
+use crate::backend::autodiff::record_wanted;
 use crate::backend::bridge::Inner;
 
 /// The chunked HLA as one node, routed by the dispatch.
@@ -53,10 +53,10 @@ impl<B: Inner, C: CheckpointStrategy> HlaNodeOps for Autodiff<B, C> {
         state: FloatTensor<Self>,
         node: NodeChunked,
     ) -> FloatTensor<Self> {
-        record_tracked::<B, C, 5>(
+        record_wanted::<B, C, 5>(
             [q, k, v, log_g, state],
             |inputs, tracked| forward::<B>(inputs, node, tracked),
-            move |saved, grad| backward::<B>(saved, grad, node),
+            move |saved, grad, wanted| backward::<B>(saved, grad, node, wanted),
         )
     }
 }
