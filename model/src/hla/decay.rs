@@ -35,16 +35,13 @@ impl Decay<4> {
 impl<const D: usize> Decay<D> {
     /// From log gates `[.., span, 1]`; `None` without gates.
     pub(crate) fn from_log_gates(log_g: Option<Tensor<D>>) -> Self {
-        Self {
-            gates: log_g.map(|g| Gates {
-                b: g.cumsum(D - 2),
-                mask: OnceCell::new(),
-            }),
+        match log_g {
+            Some(g) => Self::from_cumulative(g.cumsum(D - 2)),
+            None => Self { gates: None },
         }
     }
 
-    /// From the cumulative log gates `b [.., span, 1]` (made by a kernel).
-    #[cfg(gpu_kernels)]
+    /// From the cumulative log gates `b [.., span, 1]`.
     pub(crate) fn from_cumulative(b: Tensor<D>) -> Self {
         Self {
             gates: Some(Gates {

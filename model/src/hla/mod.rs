@@ -113,9 +113,8 @@ impl Form {
         }
     }
 
-    /// Runs this form of `O`
-    /// from `state` (zeros when `None`: the kernels make a zero state packed, in one
-    /// buffer).
+    /// Runs this form of `O` from `state` (zeros when `None`: the kernels make a zero state
+    /// packed, in one buffer).
     fn run<O: Operator>(self, input: &HlaInput, state: Option<O::State>) -> (Tensor<4>, O::State) {
         let zeros = || state::zeros::<O>(input);
         match self {

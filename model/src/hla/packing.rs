@@ -38,14 +38,18 @@ pub(crate) fn unpack_output(
     (o, unpack_state(state, [b, h], parts))
 }
 
+/// Floats of one head's packed state made of `parts`.
+pub(crate) fn head_len(parts: &[[usize; 2]]) -> usize {
+    parts.iter().map(|[rows, cols]| rows * cols).sum()
+}
+
 /// The inverse of [`pack_state`] for `[batch, heads]` and each head's `parts`.
 pub(crate) fn unpack_state(
     packed: Tensor<1>,
     [b, h]: [usize; 2],
     parts: &[[usize; 2]],
 ) -> Vec<Tensor<4>> {
-    let len = parts.iter().map(|[r, c]| r * c).sum();
-    let rows = packed.reshape([b * h, len]);
+    let rows = packed.reshape([b * h, head_len(parts)]);
     let mut offset = 0;
     parts
         .iter()

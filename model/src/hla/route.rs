@@ -8,7 +8,7 @@ use burn::prelude::*;
 
 use super::HlaInput;
 #[cfg(any(cpu_kernels, gpu_kernels))]
-use super::packing::{pack_state, unpack_output};
+use super::packing::{head_len, pack_state, unpack_output};
 use super::state::{Operator, zeros};
 
 /// The chunked form of `O` from `state` (zeros when `None`): `chunk` tokens per chunk;
@@ -130,8 +130,7 @@ fn packed<O: Operator>(input: &HlaInput, state: Option<O::State>) -> Tensor<1> {
         Some(state) => pack_state(O::tensors(&state)),
         None => {
             let [b, h, _, d] = input.q.dims();
-            let parts = O::state_parts(d, input.v.dims()[3]);
-            let len: usize = parts.iter().map(|[rows, cols]| rows * cols).sum();
+            let len = head_len(&O::state_parts(d, input.v.dims()[3]));
             Tensor::zeros([b * h * len], &input.q.device())
         }
     }

@@ -33,9 +33,10 @@ pub(crate) struct Scan {
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait ScanKernels: Backend {
     /// `X_{m+1} = ρ_m^p X_m + Δ_m` from `start [b, h, rows, cols]` (any strides: a part of
-    /// a packed state is read where it lies) over `deltas [seqs, chunks, rows · cols]`, with `log ρ_m` the last of chunk `m`'s cumulative log gates `b [gb · gh,
-    /// chunks · c]` (read only when `scan.decayed`; seqs are batch × heads): the chunks'
-    /// decay needs no tensor of its own. Forward: the state every chunk starts from and the state after
+    /// a packed state is read where it lies) over `deltas [seqs, chunks, rows · cols]`,
+    /// with `log ρ_m` the last of chunk `m`'s cumulative log gates `b [gb · gh, chunks ·
+    /// c]` (read only when `scan.decayed`; seqs are batch × heads): the chunks' decay needs
+    /// no tensor of its own. Forward: the state every chunk starts from and the state after
     /// the last one. With `scan.reverse` the chunks run from the last: the state after
     /// every chunk and the state before the first. Returns `(states [seqs, chunks, rows ·
     /// cols], end [b, h, rows, cols])`.

@@ -84,11 +84,15 @@ impl Chunks {
         if let Some(b) = log_g.and_then(|g| gates::cumulative(g, self.size)) {
             return Decay::from_cumulative(b);
         }
-        Decay::from_log_gates(log_g.map(|g| {
-            let [b, h, _] = g.dims();
-            self.pad(g.clone(), 2)
-                .reshape([b, h, self.count, self.size, 1])
-        }))
+        Decay::from_log_gates(log_g.map(|g| self.gates(g)))
+    }
+
+    /// `log_g [b or 1, h or 1, time]` in chunks, `[.., chunks, chunk, 1]`, padded with 0
+    /// (gates of 1).
+    fn gates(&self, log_g: &Tensor<3>) -> Tensor<5> {
+        let [b, h, _] = log_g.dims();
+        self.pad(log_g.clone(), 2)
+            .reshape([b, h, self.count, self.size, 1])
     }
 
     /// The states at the start of every chunk, `[b, h, chunks, rows, cols]`, and after the

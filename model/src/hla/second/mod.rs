@@ -67,5 +67,5 @@ pub(crate) fn state_parts(d: usize, dv: usize) -> Vec<[usize; 2]> {
 
 /// Floats of one head's state.
 pub(crate) fn state_len(d: usize, dv: usize) -> usize {
-    state_parts(d, dv).iter().map(|[r, c]| r * c).sum()
+    crate::hla::packing::head_len(&state_parts(d, dv))
 }
