@@ -22,7 +22,7 @@ use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel, update_kernel};
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
-use crate::hla::node::fused::kernel::{grads_kernel, read_kernel};
+use crate::hla::node::fused::kernel::{Sums, grads_kernel, read_kernel};
 use crate::hla::second::fused::kernel::moments_kernel;
 use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
 
@@ -224,7 +224,8 @@ fn a_tf32_tensor_core_tile_compiles_to_ptx() {
 fn the_nodes_kernels_compile_to_ptx() {
     let target = || Arc::new(TargetProperties::default());
     let shared = [".shared", "bar.sync"];
-    // The chunk scans over the chunks (forward and back, with the decay): no shared memory.
+    // The chunk scans over the chunks (forward and back, with the decay, from a start state
+    // and from zeros): no shared memory.
     for reverse in [false, true] {
         let scan = scan_kernel::ScanKernel::new(
             settings(256),
@@ -243,6 +244,7 @@ fn the_nodes_kernels_compile_to_ptx() {
             (),
             (),
             true,
+            reverse,
             reverse,
         );
         assert_module("scan_kernel", &ptx(scan, 90), &[]);
@@ -315,33 +317,24 @@ fn the_nodes_kernels_compile_to_ptx() {
         true,
     );
     assert_module("moments_kernel", &ptx(moments, 90), &shared);
-    let grads = grads_kernel::GradsKernel::new(
-        settings(C),
-        properties(),
-        target(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        gates(),
-        (),
-        C,
-        D,
-        D,
-        true,
-    );
-    assert_module("grads_kernel", &ptx(grads, 90), &shared);
-    for transposed in [false, true] {
-        let read = read_kernel::ReadKernel::new(
+    // The moment products: alone, and adding ∂Q's terms so far, a term of ∂A and (tied)
+    // ∂U into ∂A.
+    let all = Sums {
+        q: true,
+        a: true,
+        tied: true,
+    };
+    for sums in [Sums::default(), all] {
+        let grads = grads_kernel::GradsKernel::new(
             settings(C),
             properties(),
             target(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
             tensor(),
             tensor(),
             tensor(),
@@ -354,6 +347,29 @@ fn the_nodes_kernels_compile_to_ptx() {
             D,
             D,
             true,
+            sums,
+        );
+        assert_module("grads_kernel", &ptx(grads, 90), &shared);
+    }
+    for transposed in [false, true] {
+        let read = read_kernel::ReadKernel::new(
+            settings(C),
+            properties(),
+            target(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            gates(),
+            (),
+            C,
+            D,
+            D,
+            true,
+            transposed,
             transposed,
         );
         assert_module("read_kernel", &ptx(read, 90), &shared);

@@ -12,7 +12,9 @@ use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
 use common::{Case, Gates, MIXERS, Rng, input, param_grads, rel_rms, tiny};
 use hla_model::backend::{Kernels, set_kernels};
-use hla_model::hla::{Form, HlaInput, HlaState, Order, ahla, first, forward, second, third};
+use hla_model::hla::{
+    Form, HlaInput, HlaState, Order, ahla, first, forward, output, second, third,
+};
 use hla_model::lm::{DecayKind, LmConfig};
 
 /// A GPU sums in another order than a CPU, so f32 results differ by more than between
@@ -152,7 +154,8 @@ fn gpu_kernels_match_their_composed_forms() {
 /// included. The nodes' math is the CPU tests' (`hla::kernel_tests`, every gate and
 /// length); here each order takes the gated ragged case, hla2 a length of one and the
 /// fixed decay over several chunks too, every other order a case without the gates'
-/// gradient (each shape costs shader compiles). Every order's node runs its fused
+/// gradient (each shape costs shader compiles), and two calls as a training step makes
+/// them (no initial state, no final state returned). Every order's node runs its fused
 /// forward kernels in every case, and its fused backward kernels wherever the gates need
 /// no gradient.
 #[test]
@@ -168,12 +171,16 @@ fn nodes_match_their_composed_forms() {
     cases.push((Order::First, Gates::Fixed, (17, 8, 4)));
     cases.push((Order::Third, Gates::None, (17, 8, 4)));
     cases.push((Order::Asymmetric, Gates::Fixed, (17, 8, 4)));
-    for (order, gates, (time, chunk, dv)) in cases {
+    // From no state and returning none (a training step's call): the scans from zeros.
+    let no_state = cases.len();
+    cases.push((Order::Second, Gates::Fixed, (40, 16, 6)));
+    cases.push((Order::Third, Gates::Data { lo: 0.85 }, (17, 8, 4)));
+    for (i, (order, gates, (time, chunk, dv))) in cases.into_iter().enumerate() {
         let case = Case {
             gates,
             time,
             dv,
-            init_state: true,
+            init_state: i < no_state,
             ..Case::new(order)
         };
         let (err, names) = launched(|| kernel_vs_composed(&case, chunk));
@@ -244,8 +251,8 @@ fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
         let (qkv, log_g, init) = case.tensors(&ad);
         let qkv: Vec<Tensor<4>> = qkv.into_iter().map(Tensor::require_grad).collect();
         let init: Vec<Tensor<4>> = init
-            .expect("an initial state")
             .into_iter()
+            .flatten()
             .map(Tensor::require_grad)
             .collect();
         let log_g = match case.gates {
@@ -253,16 +260,29 @@ fn kernel_vs_composed(case: &Case, chunk: usize) -> f64 {
             _ => log_g,
         };
         let x = input(&qkv, &log_g);
-        let state = HlaState::from_tensors(order, init.clone());
-        let (o, state) = if kernel {
-            forward(order, Form::Chunked(chunk), x, Some(state), case.output)
-        } else {
-            composed(order, &x, state, chunk)
+        let form = Form::Chunked(chunk);
+        // Without an initial state, the output alone: the node from no state, returning
+        // none, against the composed form from zeros.
+        let (o, state) = match (kernel, case.init_state) {
+            (true, true) => {
+                let state = HlaState::from_tensors(order, init.clone());
+                let (o, state) = forward(order, form, x, Some(state), case.output);
+                (o, Some(state))
+            }
+            (true, false) => (output(order, form, x, None, case.output), None),
+            (false, init_state) => {
+                let state = match init_state {
+                    true => HlaState::from_tensors(order, init.clone()),
+                    false => HlaState::zeros(order, &x, case.output),
+                };
+                let (o, state) = composed(order, &x, state, chunk);
+                (o, init_state.then_some(state))
+            }
         };
         let mut rng = Rng::new(99);
         let mut loss = (o.clone() * rng.tensor(o.dims(), 1.0, &ad)).sum();
         let mut out = vec![o.clone()];
-        for s in state.tensors() {
+        for s in state.iter().flat_map(HlaState::tensors) {
             loss = loss + (s.clone() * rng.tensor(s.dims(), 1.0, &ad)).sum();
             out.push(s);
         }

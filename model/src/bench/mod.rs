@@ -173,17 +173,18 @@ impl OperatorInputs {
             Some(self.log_g.clone()),
         )
         .expect("consistent shapes");
-        hla::forward(order, form, input, None, Output::Raw).0
+        hla::output(order, form, input, None, Output::Raw)
     }
 
-    /// The forward pass, then the backward pass of the sum of the output; returns the
-    /// query gradient, so the caller can wait for it.
+    /// The forward pass, then the backward pass of the sum of the output (seeded with ones
+    /// of the output's shape, the sum's gradient, without a sum to run); returns the query
+    /// gradient, so the caller can wait for it.
     ///
     /// # Panics
     ///
     /// If the inputs were not made on an autodiff device.
     pub fn forward_backward(&self, op: Operator, chunked: Form) -> Tensor<4> {
-        let grads = self.forward(op, chunked).sum().backward();
+        let grads = self.forward(op, chunked).backward();
         self.q
             .grad(&grads)
             .expect("inputs made on an autodiff device")

@@ -35,8 +35,13 @@ impl Decay<4> {
 impl<const D: usize> Decay<D> {
     /// From log gates `[.., span, 1]`; `None` without gates.
     pub(crate) fn from_log_gates(log_g: Option<Tensor<D>>) -> Self {
-        match log_g {
-            Some(g) => Self::from_cumulative(g.cumsum(D - 2)),
+        Self::from_cumulative_or_none(log_g.map(|g| g.cumsum(D - 2)))
+    }
+
+    /// From the cumulative log gates `b [.., span, 1]`; `None` without gates.
+    pub(crate) fn from_cumulative_or_none(b: Option<Tensor<D>>) -> Self {
+        match b {
+            Some(b) => Self::from_cumulative(b),
             None => Self { gates: None },
         }
     }
@@ -76,7 +81,7 @@ impl<const D: usize> Decay<D> {
     }
 
     /// The cumulative log gates `b`, `[.., span, 1]`; `None` without gates.
-    #[cfg(gpu_kernels)]
+    #[cfg(any(cpu_kernels, gpu_kernels))]
     pub(crate) fn log_decay(&self) -> Option<Tensor<D>> {
         self.gates.as_ref().map(|g| g.b.clone())
     }

@@ -34,7 +34,10 @@ fn chunked(
         let state = O::from_tensors(init);
         let (o, state) = match kind {
             Kind::Cpu => route::on_cpu::<O>(x, Some(state), c),
-            Kind::Node => route::on_node::<O>(x, Some(state), c),
+            Kind::Node => {
+                let (o, state) = route::on_node::<O>(x, Some(state), c, true);
+                (o, state.expect("the final state, asked for"))
+            }
             Kind::Composed => O::chunked(x, state, c),
         };
         (o, O::tensors(&state))
@@ -83,6 +86,48 @@ fn cpu_chunked_forms_equal_the_composed_ones() {
 #[test]
 fn nodes_equal_the_composed_forms() {
     agrees_with_composed(Kind::Node, &ORDERS);
+}
+
+/// Every order's node as a training step calls it, from no state and returning none
+/// (its scans start from zeros, forward and back), against the composed form from a
+/// zero state: the output and the gradients of q, k, v and the gates.
+#[test]
+fn nodes_without_states_equal_the_composed_forms() {
+    let (b, h, d, dv, time, chunk) = (2, 3, 5, 4, 37, 16);
+    for device in crate::testing::cpu_devices() {
+        for order in ORDERS {
+            for (g, log_g) in gates(b, h, time, &device).into_iter().enumerate() {
+                let scale = 1.0 / (d as f64).sqrt();
+                let q = random([b, h, time, d], scale, &device);
+                let k = random([b, h, time, d], scale, &device);
+                let v = random([b, h, time, dv], 1.0, &device);
+                let input = HlaInput::new(q.clone(), k.clone(), v.clone(), log_g.clone()).unwrap();
+                let results: Vec<Vec<Tensor<4>>> = [Kind::Node, Kind::Composed]
+                    .into_iter()
+                    .map(|kind| {
+                        let o = with_operator!(order, O => match kind {
+                            Kind::Node => route::on_node::<O>(&input, None, chunk, false).0,
+                            _ => O::chunked(&input, super::state::zeros::<O>(&input), chunk).0,
+                        });
+                        let grads = (o.clone() * weight(&o, &device)).sum().backward();
+                        let mut out = vec![o.inner()];
+                        out.extend([&q, &k, &v].map(|x| x.grad(&grads).expect("a gradient")));
+                        if let Some(g) = log_g.as_ref().filter(|g| g.is_require_grad()) {
+                            out.push(g.grad(&grads).expect("a gates' gradient").unsqueeze());
+                        }
+                        out
+                    })
+                    .collect();
+                for (i, (node, composed)) in results[0].iter().zip(&results[1]).enumerate() {
+                    let error = relative_rms_error(node.clone(), composed.clone());
+                    assert!(
+                        error < 1e-4,
+                        "{order:?} gates {g}, result {i}: relative RMS error {error:e}"
+                    );
+                }
+            }
+        }
+    }
 }
 
 fn agrees_with_composed(kind: Kind, orders: &[Order]) {

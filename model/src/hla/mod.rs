@@ -114,20 +114,28 @@ impl Form {
     }
 
     /// Runs this form of `O` from `state` (zeros when `None`: the kernels make a zero state
-    /// packed, in one buffer).
-    fn run<O: Operator>(self, input: &HlaInput, state: Option<O::State>) -> (Tensor<4>, O::State) {
+    /// packed, in one buffer, and the node none); returns the final state when `keep`
+    /// (the node then makes none).
+    fn run<O: Operator>(
+        self,
+        input: &HlaInput,
+        state: Option<O::State>,
+        keep: bool,
+    ) -> (Tensor<4>, Option<O::State>) {
         let zeros = || state::zeros::<O>(input);
-        match self {
+        let (o, state) = match self {
             Form::Reference => O::reference(input, state.unwrap_or_else(zeros)),
             Form::Recurrent => O::recurrent(input, state.unwrap_or_else(zeros)),
-            Form::Chunked(chunk) => route::chunked::<O>(input, state, chunk),
+            Form::Chunked(chunk) => return route::chunked::<O>(input, state, chunk, keep),
             Form::Segmented { chunk, segment } => {
                 let pass = (segment / chunk.max(1)).max(1) * chunk;
                 spans::scan(input, state.unwrap_or_else(zeros), pass, |x, s| {
-                    route::chunked::<O>(x, Some(s), chunk)
+                    let (o, s) = route::chunked::<O>(x, Some(s), chunk, true);
+                    (o, s.expect("a state kept"))
                 })
             }
-        }
+        };
+        (o, keep.then_some(state))
     }
 }
 
@@ -150,10 +158,25 @@ pub fn forward(
 ) -> (Tensor<4>, HlaState) {
     let input = output.augment(input);
     let (o, state) = with_operator!(order, O => {
-        let (o, s) = form.run::<O>(&input, state.map(O::unwrap));
-        (o, O::wrap(s))
+        let (o, s) = form.run::<O>(&input, state.map(O::unwrap), true);
+        (o, O::wrap(s.expect("the final state, asked for")))
     });
     (output.finish(o), state)
+}
+
+/// [`forward`]'s output alone, for a caller that needs no final state (training, a
+/// benchmark): the chunked form's node then makes none, so its output needs no packing
+/// and its backward pass no final state's gradient.
+pub fn output(
+    order: Order,
+    form: Form,
+    input: HlaInput,
+    state: Option<HlaState>,
+    output: Output,
+) -> Tensor<4> {
+    let input = output.augment(input);
+    let o = with_operator!(order, O => form.run::<O>(&input, state.map(O::unwrap), false).0);
+    output.finish(o)
 }
 
 /// One token of the serial recurrence: `input` has `time = 1`; returns `o_t`

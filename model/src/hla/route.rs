@@ -12,19 +12,22 @@ use super::packing::{head_len, pack_state, unpack_output};
 use super::state::{Operator, zeros};
 
 /// The chunked form of `O` from `state` (zeros when `None`): `chunk` tokens per chunk;
-/// `o [batch, heads, time, dv]` and the final state.
+/// `o [batch, heads, time, dv]` and, when `keep`, the final state (the node makes no
+/// final state it need not return).
 pub(crate) fn chunked<O: Operator>(
     input: &HlaInput,
     state: Option<O::State>,
     chunk: usize,
-) -> (Tensor<4>, O::State) {
+    keep: bool,
+) -> (Tensor<4>, Option<O::State>) {
+    let kept = |(o, state)| (o, keep.then_some(state));
     #[cfg(any(cpu_kernels, gpu_kernels))]
     if keys_per_head(input) && crate::backend::takes_node(&input.q) {
-        return on_node::<O>(input, state, chunk);
+        return on_node::<O>(input, state, chunk, keep);
     }
     #[cfg(cpu_kernels)]
     if keys_per_head(input) && crate::backend::takes_cpu_kernel(&input.q) {
-        return on_cpu::<O>(input, state, chunk);
+        return kept(on_cpu::<O>(input, state, chunk));
     }
     #[cfg(gpu_kernels)]
     if keys_per_head(input)
@@ -37,10 +40,14 @@ pub(crate) fn chunked<O: Operator>(
         };
         let (q, v) = (input.q.shape(), input.v.shape());
         if super::gpu::fits(&input.q.device(), &q, &v, kernel) {
-            return on_gpu::<O>(input, state, kernel);
+            return kept(on_gpu::<O>(input, state, kernel));
         }
     }
-    O::chunked(input, state.unwrap_or_else(|| zeros::<O>(input)), chunk)
+    kept(O::chunked(
+        input,
+        state.unwrap_or_else(|| zeros::<O>(input)),
+        chunk,
+    ))
 }
 
 /// Whether every head has its own keys (the kernels do not take keys shared by the heads).
@@ -95,13 +102,15 @@ fn on_gpu<O: Operator>(
 }
 
 /// The chunked form of `O` as one autodiff node ([`super::node`]; the same arguments and
-/// results as [`chunked`]).
+/// results as [`chunked`]): a zero state is no tensor (the node's scans start from zeros),
+/// and without `keep` the node's output is `o` alone.
 #[cfg(any(cpu_kernels, gpu_kernels))]
 pub(crate) fn on_node<O: Operator>(
     input: &HlaInput,
     state: Option<O::State>,
     chunk: usize,
-) -> (Tensor<4>, O::State) {
+    keep: bool,
+) -> (Tensor<4>, Option<O::State>) {
     use super::node::{HlaNodeOps, NodeChunked};
     let log_g = input.gates_or_zeros();
     let node = NodeChunked {
@@ -109,21 +118,34 @@ pub(crate) fn on_node<O: Operator>(
         chunk,
         decay: input.log_g.is_some(),
         gates: log_g.is_tracked(),
+        start: state.is_some(),
+        keep,
     };
-    let packed = <burn::backend::Dispatch as HlaNodeOps>::hla_node(
+    let state = match state {
+        Some(state) => pack_state(O::tensors(&state)),
+        // The node reads no zero state: a tensor of one float stands in.
+        None => Tensor::empty([1], &input.q.device()),
+    };
+    let out = <burn::backend::Dispatch as HlaNodeOps>::hla_node(
         input.q.clone().into_dispatch(),
         input.k.clone().into_dispatch(),
         input.v.clone().into_dispatch(),
         log_g.into_dispatch(),
-        packed::<O>(input, state).into_dispatch(),
+        state.into_dispatch(),
         node,
     );
-    finish::<O>(Tensor::from_dispatch(packed), input)
+    match keep {
+        true => {
+            let (o, state) = finish::<O>(Tensor::from_dispatch(out), input);
+            (o, Some(state))
+        }
+        false => (Tensor::from_dispatch(out), None),
+    }
 }
 
-/// `state` packed per head ([`pack_state`]); a zero state as one buffer of zeros, where
-/// its parts would be one each and a copy to pack them (every head has its own keys
-/// here, so every part has the query's heads).
+/// `state` packed per head ([`pack_state`]) for the kernels; a zero state as one buffer
+/// of zeros, where its parts would be one each and a copy to pack them (every head has
+/// its own keys here, so every part has the query's heads).
 #[cfg(any(cpu_kernels, gpu_kernels))]
 fn packed<O: Operator>(input: &HlaInput, state: Option<O::State>) -> Tensor<1> {
     match state {

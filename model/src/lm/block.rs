@@ -31,17 +31,20 @@ impl Block {
         }
     }
 
-    /// `x [batch, time, d_model]` → same shape, continuing from `state`.
+    /// `x [batch, time, d_model]` → same shape, continuing from `state`; the next state
+    /// when `keep`.
     pub fn forward(
         &self,
         x: Tensor<3>,
         state: Option<MixerState>,
         form: Form,
-    ) -> (Tensor<3>, MixerState) {
+        keep: bool,
+    ) -> (Tensor<3>, Option<MixerState>) {
         let (mixed, state) = self.mixer.forward(
             either(&self.mixer_norm, &self.mixer_layer_norm, x.clone()),
             state,
             form,
+            keep,
         );
         let x = x + self.dropout.forward(mixed);
         let x = match &self.mlp {

@@ -72,7 +72,8 @@ impl Lm {
     /// `tokens [batch, time]` → logits `[batch, time, vocab]`, chunk-parallel (training).
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
         let mut state = self.init_state(tokens.dims()[0]);
-        self.run(tokens, &mut state, self.form)
+        let x = self.features(tokens, &mut state, self.form, false);
+        self.logits(x)
     }
 
     /// `tokens [batch, time]`, `at [n]` flat positions `row · time + col` → the logits
@@ -88,7 +89,7 @@ impl Lm {
     /// [`Lm::scores`].
     pub fn rows(&self, tokens: Tensor<2, Int>, at: Option<Tensor<1, Int>>) -> Tensor<2> {
         let mut state = self.init_state(tokens.dims()[0]);
-        let x = self.features(tokens, &mut state, self.form);
+        let x = self.features(tokens, &mut state, self.form, false);
         let [batch, time, d_model] = x.dims();
         let x = x.reshape([batch * time, d_model]);
         match at {
@@ -109,13 +110,14 @@ impl Lm {
     /// `tokens [batch, time]` → logits `[batch, time, vocab]`, chunk-parallel over a prompt,
     /// continuing from and updating `state`.
     pub fn prefill(&self, tokens: Tensor<2, Int>, state: &mut LmState) -> Tensor<3> {
-        self.run(tokens, state, self.form)
+        let x = self.features(tokens, state, self.form, true);
+        self.logits(x)
     }
 
     /// [`prefill`](Self::prefill) returning the logits after the prompt only, `[batch,
     /// vocab]`: what generation needs, without the head at every prompt position.
     pub fn prefill_last(&self, tokens: Tensor<2, Int>, state: &mut LmState) -> Tensor<2> {
-        let x = self.features(tokens, state, self.form);
+        let x = self.features(tokens, state, self.form, true);
         let [batch, time, d_model] = x.dims();
         self.logits(x.narrow(1, time - 1, 1).reshape([batch, d_model]))
     }
@@ -134,7 +136,7 @@ impl Lm {
     /// recurrence, updating `state` (as [`step`](Self::step)): what scoring each step
     /// with [`Lm::scores`] needs, without its logits.
     pub fn step_rows(&self, tokens: Tensor<1, Int>, state: &mut LmState) -> Tensor<2> {
-        let x = self.features(tokens.unsqueeze_dim(1), state, Form::Recurrent);
+        let x = self.features(tokens.unsqueeze_dim(1), state, Form::Recurrent, true);
         x.squeeze_dim(1)
     }
 
@@ -181,13 +183,16 @@ impl Lm {
             .unsqueeze_dim(0)
     }
 
-    fn run(&self, tokens: Tensor<2, Int>, state: &mut LmState, form: Form) -> Tensor<3> {
-        let x = self.features(tokens, state, form);
-        self.logits(x)
-    }
-
-    /// The blocks' output before the final norm, `[batch, time, d_model]`.
-    fn features(&self, tokens: Tensor<2, Int>, state: &mut LmState, form: Form) -> Tensor<3> {
+    /// The blocks' output before the final norm, `[batch, time, d_model]`, continuing from
+    /// `state` and (when `keep`) updating it; a caller that drops the state (training)
+    /// passes `keep = false`, and the mixers make none.
+    fn features(
+        &self,
+        tokens: Tensor<2, Int>,
+        state: &mut LmState,
+        form: Form,
+        keep: bool,
+    ) -> Tensor<3> {
         let [batch, time] = tokens.dims();
         assert_eq!(
             batch, state.batch,
@@ -199,9 +204,9 @@ impl Lm {
         }
         let mut x = self.dropout.forward(x);
         for (block, layer) in self.blocks.iter().zip(state.layers.iter_mut()) {
-            let (y, next) = block.forward(x, layer.take(), form);
+            let (y, next) = block.forward(x, layer.take(), form, keep);
             x = y;
-            *layer = Some(next);
+            *layer = next;
         }
         state.position += time;
         x

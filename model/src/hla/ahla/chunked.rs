@@ -21,7 +21,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -29,7 +29,7 @@ use crate::hla::chunks::{Chunked, fused_output, update};
 /// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
 /// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    let products = products(input, state, chunk);
+    let products = products(Chunked::new(input, chunk), Some(state));
     (products.o, products.state)
 }
 
@@ -47,19 +47,21 @@ pub(crate) struct Products {
     pub(crate) state: State,
 }
 
-/// The chunk equations of the module's header, from `state`.
-pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
+/// The chunk equations of the module's header over the input in chunks `x`, from `state`
+/// (zeros when `None`).
+pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let Chunked {
         chunks,
         decay,
         q,
         k,
         v,
-    } = Chunked::new(input, chunk);
+    } = x;
+    let [p0, e0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
     let dp = update(&k, &v, &decay, 1);
-    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1);
+    let (p_start, p) = chunks.scan(p0, dp, &decay, 1);
     let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true);
     let (a_gamma, b) = match fused {
         Some((a_gamma, b)) => (a_gamma.expect("the scores, asked for"), b),
@@ -72,7 +74,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     };
 
     let de = update(&k, &b, &decay, 1);
-    let (e_start, e) = chunks.scan(state.e, de, &decay, 1);
+    let (e_start, e) = chunks.scan(e0, de, &decay, 1);
     let o = match fused_output([&q, &k, &b, &e_start], &decay, 1, false) {
         Some((_, o)) => o,
         None => {

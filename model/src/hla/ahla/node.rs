@@ -20,7 +20,7 @@ use burn::prelude::*;
 
 use super::State;
 use super::chunked::{Products, products};
-use crate::hla::HlaInput;
+use crate::hla::chunks::{Chunked, state_or_zeros};
 use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
@@ -31,7 +31,7 @@ pub(crate) const NODE: NodeKernels = NodeKernels {
 };
 
 /// Saves `[P starts, E starts, A, B]`.
-fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward {
+fn forward(x: Chunked, state: Option<Vec<Tensor<4>>>) -> NodeForward {
     let Products {
         o,
         state,
@@ -39,7 +39,7 @@ fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward
         e_start,
         a_gamma,
         b,
-    } = products(input, State::from_tensors(state), chunk);
+    } = products(x, state.map(State::from_tensors));
     NodeForward {
         o,
         state: state.tensors(),
@@ -49,28 +49,22 @@ fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward
 
 /// In the order of the module's header, each tensor used up where it is last needed, and
 /// the gates' gradient gathered as its factors come.
-fn backward(
-    input: &HlaInput,
-    saved: Vec<Tensor<5>>,
-    grad: Cotangent,
-    chunk: usize,
-    gates: bool,
-) -> NodeGrads {
-    let (mut pass, [q, k, v, g]) = Backward::new(input, grad.o, chunk, gates);
+fn backward(x: Chunked, saved: Vec<Tensor<5>>, grad: Cotangent, gates: bool) -> NodeGrads {
+    let (mut pass, [q, k, v, g]) = Backward::new(x, grad.o, gates);
     let [p_start, e_start, a_gamma, b] = parts(saved);
-    let [dp_last, de_last] = parts(grad.state);
+    let [dp_last, de_last] = state_or_zeros(grad.state);
 
     // ∂E after every chunk; ∂Q's term through E.
     let e = pass.read(&q, g.clone(), (e_start, de_last), 1, false);
 
     // ∂B, with G's part from O = A B (the moment product of B's A^γ).
-    let [db, dk_o, dq_o] = pass.moment_product(&q, g, (k.clone(), b, a_gamma.clone()), e.after, 1);
+    let b_product = (k.clone(), b, a_gamma.clone());
+    let [db, dk] = pass.moment_product(&q, g, b_product, (e.after, 1), None);
 
     // ∂P after every chunk; ∂Q's term through P.
     let p = pass.read(&q, db.clone(), (p_start, dp_last), 1, false);
 
     // ∂V, with G's part from B = A V (the moment product of V's A^γ).
-    let [dv, dk_b, dq_b] = pass.moment_product(&q, db, (k, v, a_gamma), p.after, 1);
-    let dq = e.dq + p.dq + dq_o + dq_b;
-    pass.finish([dq, dk_o + dk_b, dv], vec![p.first, e.first])
+    let [dv, dk] = pass.moment_product(&q, db, (k, v, a_gamma), (p.after, 1), Some(dk));
+    pass.finish([dk, dv], vec![p.first, e.first])
 }

@@ -7,8 +7,10 @@
 //! it has no backward pass of its own: the node's backward pass runs it back.
 
 use burn::backend::TensorMetadata;
+use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, backend_extension};
+use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl;
 use burn_cubecl::kernel::into_contiguous;
@@ -18,7 +20,8 @@ use crate::backend::gpu::{cubes, empty, units};
 use crate::hla::gpu::blocks::gate_row;
 
 /// How a scan runs: its sequences' heads, the gates' `[gb, gh]`, whether it decays, the
-/// decay's power `p` and which way it walks.
+/// decay's power `p`, which way it walks, whether it starts from zeros (the start state
+/// is then not read, and any tensor stands in for it) and the shape of its end state.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Scan {
     pub(crate) heads: usize,
@@ -26,6 +29,8 @@ pub(crate) struct Scan {
     pub(crate) decayed: bool,
     pub(crate) power: u32,
     pub(crate) reverse: bool,
+    pub(crate) zero_start: bool,
+    pub(crate) end: [usize; 4],
 }
 
 /// The scan kernel on a CubeCL device (every GPU device runs it through fusion, as one
@@ -39,14 +44,25 @@ pub(crate) trait ScanKernels: Backend {
     /// no tensor of its own. Forward: the state every chunk starts from and the state after
     /// the last one. With `scan.reverse` the chunks run from the last: the state after
     /// every chunk and the state before the first. Returns `(states [seqs, chunks, rows ·
-    /// cols], end [b, h, rows, cols])`.
-    #[fusion(meta = |start, deltas, _b, _scan| (deltas.clone(), start.clone()))]
+    /// cols], end [b, h, rows, cols])`. With `scan.zero_start` the scan starts from zeros
+    /// (a zero initial state, or no gradient of the final one) without reading `start`.
+    #[fusion(meta = scan_specs)]
     fn chunk_scan(
         start: FloatTensor<Self>,
         deltas: FloatTensor<Self>,
         b: FloatTensor<Self>,
         scan: Scan,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+fn scan_specs(
+    _start: &TensorSpec,
+    deltas: &TensorSpec,
+    _b: &TensorSpec,
+    scan: &Scan,
+) -> (TensorSpec, TensorSpec) {
+    let end = TensorSpec::new(Shape::new(scan.end), deltas.dtype);
+    (deltas.clone(), end)
 }
 
 impl ScanKernels for CubeBackend {
@@ -61,7 +77,7 @@ impl ScanKernels for CubeBackend {
         let c = b.shape().dims::<2>()[1] / chunks;
         let (states, end) = (
             empty(&deltas, [seqs, chunks, cols]),
-            empty(&deltas, start.shape().dims::<4>()),
+            empty(&deltas, scan.end),
         );
         let dim = CubeDim::new_1d(units(&deltas));
         let count = cubes(&deltas, (seqs * cols).div_ceil(dim.num_elems() as usize));
@@ -84,6 +100,7 @@ impl ScanKernels for CubeBackend {
             scan.power as f32,
             scan.decayed,
             scan.reverse,
+            scan.zero_start,
         );
         (states, end)
     }
@@ -108,6 +125,7 @@ pub(crate) fn scan_kernel(
     power: f32,
     #[comptime] decayed: bool,
     #[comptime] reverse: bool,
+    #[comptime] zero_start: bool,
 ) {
     let at = ABSOLUTE_POS;
     // A grid spread over its axes may hold a few more units than values.
@@ -117,11 +135,14 @@ pub(crate) fn scan_kernel(
     let seq = at / cols;
     let col = at % cols;
     let gate = gate_row(seq, heads, gb, gh) * chunks;
-    let part = start.shape(3);
-    let mut x = start[(seq / heads) * start.stride(0)
-        + (seq % heads) * start.stride(1)
-        + (col / part) * start.stride(2)
-        + (col % part) * start.stride(3)];
+    let mut x = 0.0f32;
+    if !zero_start {
+        let part = start.shape(3);
+        x = start[(seq / heads) * start.stride(0)
+            + (seq % heads) * start.stride(1)
+            + (col / part) * start.stride(2)
+            + (col % part) * start.stride(3)];
+    }
     for i in 0..chunks {
         let mut m = i;
         if reverse {

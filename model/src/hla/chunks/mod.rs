@@ -32,8 +32,15 @@ pub(crate) struct Chunked {
 impl Chunked {
     pub(crate) fn new(input: &HlaInput, chunk: usize) -> Self {
         let chunks = Chunks::new(input.time(), chunk);
+        let decay = chunks.decay(input.log_g.as_ref());
+        Self::with_decay(input, chunks, decay)
+    }
+
+    /// With the decay inside each chunk already made (by the forward pass, for the
+    /// backward's).
+    pub(crate) fn with_decay(input: &HlaInput, chunks: Chunks, decay: Decay<5>) -> Self {
         Self {
-            decay: chunks.decay(input.log_g.as_ref()),
+            decay,
             q: chunks.split(input.q.clone()),
             k: chunks.split(input.k.clone()),
             v: chunks.split(input.v.clone()),
@@ -96,13 +103,13 @@ impl Chunks {
     }
 
     /// The states at the start of every chunk, `[b, h, chunks, rows, cols]`, and after the
-    /// last one, `[b, h, rows, cols]`, of `X_{n+1} = ρ_n^p X_n + Δ_n` from `X_0 = initial`,
-    /// given every chunk's contribution `deltas [b, h, chunks, rows, cols]`: a cumulative
-    /// sum along the chunk axis (decayed with gates, [`decayed_scan`]) instead of a loop
-    /// over chunks.
+    /// last one, `[b, h, rows, cols]`, of `X_{n+1} = ρ_n^p X_n + Δ_n` from `X_0 = initial`
+    /// (zeros when `None`: the GPU kernel then reads none), given every chunk's
+    /// contribution `deltas [b, h, chunks, rows, cols]`: a cumulative sum along the chunk
+    /// axis (decayed with gates, [`decayed_scan`]) instead of a loop over chunks.
     pub(crate) fn scan(
         &self,
-        initial: Tensor<4>,
+        initial: Option<Tensor<4>>,
         deltas: Tensor<5>,
         decay: &Decay<5>,
         p: u32,
@@ -111,13 +118,14 @@ impl Chunks {
     }
 
     /// The same scan run from the last chunk back, as a backward pass carries a state's
-    /// gradient: with `∂X_N = last` and every chunk's direct contribution `deltas` to the
-    /// gradient of its start state, `∂X_n = ρ_n^p ∂X_{n+1} + δ_n`. Returns the gradient of
-    /// the state after every chunk, `∂X_{n+1}` `[b, h, chunks, rows, cols]`, and of the
-    /// initial state, `∂X_0` `[b, h, rows, cols]`.
+    /// gradient: with `∂X_N = last` (zeros when `None`: the final state has no gradient)
+    /// and every chunk's direct contribution `deltas` to the gradient of its start state,
+    /// `∂X_n = ρ_n^p ∂X_{n+1} + δ_n`. Returns the gradient of the state after every chunk,
+    /// `∂X_{n+1}` `[b, h, chunks, rows, cols]`, and of the initial state, `∂X_0` `[b, h,
+    /// rows, cols]`.
     pub(crate) fn scan_back(
         &self,
-        last: Tensor<4>,
+        last: Option<Tensor<4>>,
         deltas: Tensor<5>,
         decay: &Decay<5>,
         p: u32,
@@ -166,6 +174,26 @@ pub(crate) fn update(k: &Tensor<5>, u: &Tensor<5>, decay: &Decay<5>, p: u32) -> 
     k.clone()
         .transpose()
         .matmul(decay.until_end(u.clone(), f64::from(p)))
+}
+
+/// A state's `N` tensors, each `None` (zeros, which the scans need not read) without a
+/// state.
+///
+/// # Panics
+///
+/// If the state has not `N` tensors: its order's layout says how many.
+pub(crate) fn state_or_zeros<const N: usize>(
+    state: Option<Vec<Tensor<4>>>,
+) -> [Option<Tensor<4>>; N] {
+    match state {
+        None => std::array::from_fn(|_| None),
+        Some(parts) => {
+            let len = parts.len();
+            <[Tensor<4>; N]>::try_from(parts)
+                .unwrap_or_else(|_| unreachable!("{N} state tensors, got {len}"))
+                .map(Some)
+        }
+    }
 }
 
 /// Zero padding at the end of `dim` up to `len`.

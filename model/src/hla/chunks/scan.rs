@@ -10,7 +10,7 @@ use crate::hla::decay::{Decay, decay_between, mask_from};
 /// [`super::Chunks::scan`] with the decay inside the chunks and its power `p` (the chunks'
 /// log decay `log ρ^p` is `p` times the last cumulative log gate of each chunk).
 pub(super) fn scan(
-    initial: Tensor<4>,
+    initial: Option<Tensor<4>>,
     deltas: Tensor<5>,
     decay: &Decay<5>,
     p: u32,
@@ -40,7 +40,7 @@ pub(super) fn scan(
 /// scan's mask. Past two blocks' worth of chunks, the forward scan runs on the chunks in
 /// reverse (a flip costs a copy, which the shorter paths avoid).
 pub(super) fn scan_back(
-    last: Tensor<4>,
+    last: Option<Tensor<4>>,
     deltas: Tensor<5>,
     decay: &Decay<5>,
     p: u32,
@@ -68,26 +68,27 @@ pub(super) fn scan_back(
     })
 }
 
-/// What both scans share: a state `x [b, h, rows, cols]` and `deltas [b, h, n, rows,
-/// cols]`, scanned by the GPU kernel where it applies ([`on_gpu`], back when `reverse`;
-/// it reads the chunks' decay from the cumulative log gates, and `x` in whatever layout
-/// it comes, such as a part of a packed state) and by `composed` elsewhere, on `x` and
-/// `deltas` flattened to `[b, h, rows·cols]` and `[b, h, n, rows·cols]` with `log ρ^p
-/// [gb, gh, n, 1]`.
+/// What both scans share: a state `x [b, h, rows, cols]` (zeros when `None`) and `deltas
+/// [b, h, n, rows, cols]`, scanned by the GPU kernel where it applies ([`on_gpu`], back
+/// when `reverse`; it reads the chunks' decay from the cumulative log gates, and `x` in
+/// whatever layout it comes, such as a part of a packed state, or starts from zeros
+/// without a tensor of them) and by `composed` elsewhere, on `x` and `deltas` flattened to
+/// `[b, h, rows·cols]` and `[b, h, n, rows·cols]` with `log ρ^p [gb, gh, n, 1]`.
 fn along_chunks(
-    x: Tensor<4>,
+    x: Option<Tensor<4>>,
     deltas: Tensor<5>,
     (decay, p): (&Decay<5>, u32),
     reverse: bool,
     composed: impl FnOnce(Tensor<3>, Tensor<4>, Option<Tensor<4>>) -> (Tensor<4>, Tensor<3>),
 ) -> (Tensor<5>, Tensor<4>) {
     #[cfg(gpu_kernels)]
-    if let Some(scanned) = on_gpu(&x, &deltas, decay.log_decay().as_ref(), p, reverse) {
+    if let Some(scanned) = on_gpu(x.as_ref(), &deltas, decay.log_decay().as_ref(), p, reverse) {
         return scanned;
     }
     #[cfg(not(gpu_kernels))]
     let _ = reverse;
     let [b, h, n, rows, cols] = deltas.dims();
+    let x = x.unwrap_or_else(|| Tensor::zeros([b, h, rows, cols], &deltas.device()));
     let log_rho = decay.log_rho(f64::from(p)).map(|r| {
         let [gb, gh, ..] = r.dims();
         r.reshape([gb, gh, n, 1])
@@ -110,14 +111,14 @@ fn along_chunks(
 /// index; `None` elsewhere (the composed scan runs).
 #[cfg(gpu_kernels)]
 fn on_gpu(
-    x: &Tensor<4>,
+    x: Option<&Tensor<4>>,
     deltas: &Tensor<5>,
     b: Option<&Tensor<5>>,
     p: u32,
     reverse: bool,
 ) -> Option<(Tensor<5>, Tensor<4>)> {
     use crate::backend::takes_gpu_step;
-    let applies = takes_gpu_step(x)
+    let applies = x.is_none_or(takes_gpu_step)
         && takes_gpu_step(deltas)
         && b.is_none_or(takes_gpu_step)
         && crate::backend::gpu::fits(&deltas.device(), [deltas.shape().num_elements()]);
@@ -127,7 +128,7 @@ fn on_gpu(
 /// [`on_gpu`]'s kernel call, wherever the tensors are on a CubeCL device.
 #[cfg(gpu_kernels)]
 fn gpu_scan(
-    x: &Tensor<4>,
+    x: Option<&Tensor<4>>,
     deltas: &Tensor<5>,
     gates: Option<&Tensor<5>>,
     power: u32,
@@ -143,21 +144,26 @@ fn gpu_scan(
         decayed: gates.is_some(),
         power,
         reverse,
+        zero_start: x.is_none(),
+        end: [b, h, rows, cols],
     };
-    // Without decay the kernel reads no gates: any tensor stands in.
+    // The kernel reads no gates without decay, and no start state from zeros: the updates
+    // stand in.
+    let flat = deltas.clone().reshape([b * h, n, rows * cols]);
     let gates = gates.map_or_else(
-        || deltas.clone().reshape([b * h, n * rows * cols]),
+        || flat.clone().reshape([b * h, n * rows * cols]),
         |g| {
             let c = g.dims()[3];
             g.clone().reshape([gb * gh, n * c])
         },
     );
+    let start = x.map_or_else(
+        || flat.clone().into_dispatch(),
+        |x| x.clone().into_dispatch(),
+    );
     let (states, end) = <Dispatch as ScanKernels>::chunk_scan(
-        x.clone().into_dispatch(),
-        deltas
-            .clone()
-            .reshape([b * h, n, rows * cols])
-            .into_dispatch(),
+        start,
+        flat.into_dispatch(),
         gates.into_dispatch(),
         scan,
     );
@@ -314,7 +320,8 @@ mod gpu_tests {
 
     /// The scan kernel against the recurrence, forward and back, over 1, 3 and 40 chunks of
     /// 4 tokens with the decay's power 2 (`log ρ = 2 b_last`): without decay, and with
-    /// gates per sequence and head, shared by the batch, and shared by the heads.
+    /// gates per sequence and head, shared by the batch, and shared by the heads; from a
+    /// start state and from zeros.
     #[test]
     fn the_gpu_scan_is_the_recurrence() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
@@ -322,16 +329,27 @@ mod gpu_tests {
         let normal = Distribution::Normal(0.0, 1.0);
         for n in [1, 3, 40] {
             for gates in [None, Some([b, h]), Some([1, h]), Some([b, 1])] {
-                for reverse in [false, true] {
+                for (reverse, zero) in [(false, false), (true, false), (false, true), (true, true)]
+                {
                     // The state a transposed view (as a part of a packed state is a
                     // view): the kernel reads it through its strides.
-                    let x0 = Tensor::<4>::random([b, h, cols, 1], normal, &device).swap_dims(2, 3);
+                    let x0 = match zero {
+                        false => Tensor::<4>::random([b, h, cols, 1], normal, &device),
+                        true => Tensor::zeros([b, h, cols, 1], &device),
+                    }
+                    .swap_dims(2, 3);
                     let deltas = Tensor::<5>::random([b, h, n, 1, cols], normal, &device);
                     let cumulative = gates.map(|[gb, gh]| {
                         let uniform = Distribution::Uniform(-0.5, 0.0);
                         Tensor::<5>::random([gb, gh, n, c, 1], uniform, &device).cumsum(3)
                     });
-                    let (states, end) = gpu_scan(&x0, &deltas, cumulative.as_ref(), p, reverse);
+                    let (states, end) = gpu_scan(
+                        (!zero).then_some(&x0),
+                        &deltas,
+                        cumulative.as_ref(),
+                        p,
+                        reverse,
+                    );
                     let states = states.squeeze_dim(3);
                     let [gb, gh] = gates.unwrap_or([1, 1]);
                     let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
@@ -357,7 +375,7 @@ mod gpu_tests {
                     ];
                     assert!(
                         errors.iter().all(|e| *e < 1e-5),
-                        "n {n}, gates {gates:?}, reverse {reverse}: relative RMS {errors:?}"
+                        "n {n}, gates {gates:?}, reverse {reverse}, zero start {zero}: relative RMS {errors:?}"
                     );
                 }
             }

@@ -13,7 +13,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -21,7 +21,7 @@ use crate::hla::chunks::{Chunked, fused_output, update};
 /// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
 /// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    let products = products(input, state, chunk);
+    let products = products(Chunked::new(input, chunk), Some(state));
     (products.o, products.state)
 }
 
@@ -37,19 +37,21 @@ pub(crate) struct Products {
     pub(crate) state: State,
 }
 
-/// The chunk equations of the module's header, from `state`.
-pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
+/// The chunk equations of the module's header over the input in chunks `x`, from `state`
+/// (zeros when `None`).
+pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let Chunked {
         chunks,
         decay,
         q,
         k,
         v,
-    } = Chunked::new(input, chunk);
+    } = x;
+    let [s0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
     let ds = update(&k, &v, &decay, 1);
-    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1);
+    let (s_start, s) = chunks.scan(s0, ds, &decay, 1);
     let fused = fused_output([&q, &k, &v, &s_start], &decay, 1, true);
     let (scores, o) = match fused {
         Some((scores, o)) => (scores.expect("the scores, asked for"), o),

@@ -16,7 +16,7 @@ use burn::prelude::*;
 
 use super::State;
 use super::chunked::{Products, products};
-use crate::hla::HlaInput;
+use crate::hla::chunks::{Chunked, state_or_zeros};
 use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
@@ -27,13 +27,13 @@ pub(crate) const NODE: NodeKernels = NodeKernels {
 };
 
 /// Saves `[S starts, M]`.
-fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward {
+fn forward(x: Chunked, state: Option<Vec<Tensor<4>>>) -> NodeForward {
     let Products {
         o,
         state,
         s_start,
         scores,
-    } = products(input, State::from_tensors(state), chunk);
+    } = products(x, state.map(State::from_tensors));
     NodeForward {
         o,
         state: state.tensors(),
@@ -43,21 +43,15 @@ fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward
 
 /// In the order of the module's header, each tensor used up where it is last needed, and
 /// the gates' gradient gathered as its factors come.
-fn backward(
-    input: &HlaInput,
-    saved: Vec<Tensor<5>>,
-    grad: Cotangent,
-    chunk: usize,
-    gates: bool,
-) -> NodeGrads {
-    let (mut pass, [q, k, v, g]) = Backward::new(input, grad.o, chunk, gates);
+fn backward(x: Chunked, saved: Vec<Tensor<5>>, grad: Cotangent, gates: bool) -> NodeGrads {
+    let (mut pass, [q, k, v, g]) = Backward::new(x, grad.o, gates);
     let [s_start, scores] = parts(saved);
-    let [ds_last] = parts(grad.state);
+    let [ds_last] = state_or_zeros(grad.state);
 
     // ∂S after every chunk; ∂Q's term through S.
     let s = pass.read(&q, g.clone(), (s_start, ds_last), 1, false);
 
     // G; ∂V, ∂K, ∂Q's term G K.
-    let [dv, dk, dq_g] = pass.moment_product(&q, g, (k, v, scores), s.after, 1);
-    pass.finish([s.dq + dq_g, dk, dv], vec![s.first])
+    let [dv, dk] = pass.moment_product(&q, g, (k, v, scores), (s.after, 1), None);
+    pass.finish([dk, dv], vec![s.first])
 }

@@ -1,52 +1,48 @@
 //! What every order's backward pass shares: its inputs in chunks, the one step every state
 //! takes (a state read by a row product gets its gradient by a scan back over the chunks),
-//! the masked products, and the gates' gradient gathered along the way.
+//! the masked products, and `∂Q` and the gates' gradient gathered along the way (on a GPU
+//! device each kernel adds its term of `∂Q` to the terms before it: no sums of their own).
 
 use burn::prelude::*;
 
 use super::NodeGrads;
-use crate::hla::HlaInput;
 use crate::hla::chunks::{Chunked, Chunks};
 use crate::hla::decay::{Decay, DecayGrad};
 
-/// A backward pass in progress: the chunk layout and decay of its input, and the gates'
-/// gradient so far (when they need one).
+/// A backward pass in progress: the chunk layout and decay of its input, `∂Q` so far, and
+/// the gates' gradient so far (when they need one).
 pub(crate) struct Backward {
     chunks: Chunks,
     decay: Decay<5>,
+    dq: Option<Tensor<5>>,
     gate: Option<DecayGrad<5>>,
 }
 
-/// What [`Backward::read`] gives: `∂Q`'s term, the state's gradient after every chunk
-/// `[b, h, chunks, rows, cols]`, and at the start `[b, h, rows, cols]`.
+/// What [`Backward::read`] gives: the state's gradient after every chunk `[b, h, chunks,
+/// rows, cols]`, and at the start `[b, h, rows, cols]`.
 pub(crate) struct Read {
-    pub(crate) dq: Tensor<5>,
     pub(crate) after: Tensor<5>,
     pub(crate) first: Tensor<4>,
 }
 
 impl Backward {
-    /// For `input` in chunks of `chunk`, with the output's gradient `o`: the pass, and `[q,
-    /// k, v, ∂o]` in chunks.
-    pub(crate) fn new(
-        input: &HlaInput,
-        o: Tensor<4>,
-        chunk: usize,
-        gates: bool,
-    ) -> (Self, [Tensor<5>; 4]) {
+    /// For the input in chunks `x`, with the output's gradient `o`: the pass, and `[q, k,
+    /// v, ∂o]` in chunks.
+    pub(crate) fn new(x: Chunked, o: Tensor<4>, gates: bool) -> (Self, [Tensor<5>; 4]) {
         let Chunked {
             chunks,
             decay,
             q,
             k,
             v,
-        } = Chunked::new(input, chunk);
+        } = x;
         let g = chunks.split(o);
         let gate = gates.then(DecayGrad::new);
         (
             Self {
                 chunks,
                 decay,
+                dq: None,
                 gate,
             },
             [q, k, v, g],
@@ -54,26 +50,34 @@ impl Backward {
     }
 
     /// A state `X` read as `Y = diag(a^p) Q X` (`Y = diag(a^p) Q Xᵀ` when `transposed`),
-    /// given `X` at every chunk's start, `∂Y`, and `X`'s gradient after the last chunk:
-    /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose),
-    /// and `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`); gathers the gates' parts from `a^p` and
-    /// `ρ^p`. On a GPU device without the gates' gradient, the updates and `∂Q`'s term
+    /// given `X` at every chunk's start, `∂Y`, and `X`'s gradient after the last chunk
+    /// (zeros when `None`):
+    /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose);
+    /// gathers `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`) and the gates' parts from `a^p` and
+    /// `ρ^p`. On a GPU device without the gates' gradient, the updates and `∂Q` so far
     /// come from one kernel ([`super::fused`]).
     pub(crate) fn read(
         &mut self,
         q: &Tensor<5>,
         dy: Tensor<5>,
-        (x_start, x_last): (Tensor<5>, Tensor<4>),
+        (x_start, x_last): (Tensor<5>, Option<Tensor<4>>),
         p: u32,
         transposed: bool,
     ) -> Read {
         #[cfg(gpu_kernels)]
         if self.gate.is_none()
-            && let Some((updates, dq)) =
-                super::fused::state_read(q, &dy, &x_start, &self.decay, p, transposed)
+            && let Some((updates, dq)) = super::fused::state_read(
+                q,
+                &dy,
+                &x_start,
+                (&self.decay, p),
+                transposed,
+                self.dq.as_ref(),
+            )
         {
+            self.dq = Some(dq);
             let (after, first) = self.chunks.scan_back(x_last, updates, &self.decay, p);
-            return Read { dq, after, first };
+            return Read { after, first };
         }
         let power = f64::from(p);
         let ady = self.decay.since_start(dy, power);
@@ -92,36 +96,76 @@ impl Backward {
             let states = whole(after.clone(), x_start.clone());
             gate.whole(power, self.decay.whole(states, power));
         }
-        Read {
-            dq: ady.matmul(read(x_start).transpose()),
-            after,
-            first,
-        }
+        self.add_dq(ady.matmul(read(x_start).transpose()));
+        Read { after, first }
+    }
+
+    /// Adds a term to `∂Q`.
+    fn add_dq(&mut self, term: Tensor<5>) {
+        self.dq = Some(match self.dq.take() {
+            Some(dq) => dq + term,
+            None => term,
+        });
     }
 
     /// A product `Y = T U` with `T = (Q Aᵀ) ⊙ D^p`, with `A` entering the state `Y` reads,
     /// `X ← ρ^p X + Aᵀ diag(e^p) U`: from `∂Y`, `(A, U, T)` and `X`'s gradient after
-    /// every chunk, `[∂U, ∂A, ∂Q's term G A]` with `G = (∂Y Uᵀ) ⊙ D^p`. First order's
-    /// output (`A = K`, `U = V`, `X = S`), hla2's (`A`, `V`, `Z`, p = 2) and its `A`'s
-    /// `W K` (`A = U = K`, `T = W`, `X = S`; `∂K` the sum of the first two), third order's
-    /// output (`A`, `B`, `Y`, p = 3), its `W K` (as hla2's) and `W V` (`A = K`, `U = V`,
-    /// `T = W`, `X = P`), AHLA's `A^γ B` (`A = K`, `U = B`, `T = A^γ`, `X = E`) and `A^γ V`
-    /// (`U = V`, `X = P`): every masked product of the chunk equations. On a GPU device
-    /// without the gates' gradient, one kernel ([`super::fused`]).
+    /// every chunk, `[∂U, ∂A + da]` (`da`: an earlier term of the same gradient, or none),
+    /// and gathers `∂Q`'s term `G A` with `G = (∂Y Uᵀ) ⊙ D^p`. First order's output (`A =
+    /// K`, `U = V`, `X = S`), hla2's (`A`, `V`, `Z`, p = 2), third order's output (`A`,
+    /// `B`, `Y`, p = 3) and `W V` (`A = K`, `U = V`, `T = W`, `X = P`), AHLA's `A^γ B`
+    /// (`A = K`, `U = B`, `T = A^γ`, `X = E`) and `A^γ V` (`U = V`, `X = P`); with
+    /// [`Backward::key_product`], every masked product of the chunk equations. On a GPU
+    /// device without the gates' gradient, one kernel ([`super::fused`]), which also adds
+    /// the sums in.
     pub(crate) fn moment_product(
         &mut self,
         q: &Tensor<5>,
         g: Tensor<5>,
         (a, u, t): (Tensor<5>, Tensor<5>, Tensor<5>),
-        x_after: Tensor<5>,
-        p: u32,
-    ) -> [Tensor<5>; 3] {
+        (x_after, p): (Tensor<5>, u32),
+        da: Option<Tensor<5>>,
+    ) -> [Tensor<5>; 2] {
+        let (du, da) = self.product(q, g, (a, u, t), (x_after, p), da, false);
+        [du.expect("∂U, not tied to ∂A"), da]
+    }
+
+    /// [`Backward::moment_product`] of a key moment's `W K` (`A = U = K`, `T = W`): hla2's
+    /// and third order's `A`, whose `∂K` is `∂U + ∂A`. Returns `∂K`.
+    pub(crate) fn key_product(
+        &mut self,
+        q: &Tensor<5>,
+        g: Tensor<5>,
+        (k, w): (Tensor<5>, Tensor<5>),
+        (x_after, p): (Tensor<5>, u32),
+    ) -> Tensor<5> {
+        self.product(q, g, (k.clone(), k, w), (x_after, p), None, true)
+            .1
+    }
+
+    /// What both products share: `(∂U, ∂A + da)`, or `(None, ∂U + ∂A + da)` when `tied`.
+    fn product(
+        &mut self,
+        q: &Tensor<5>,
+        g: Tensor<5>,
+        (a, u, t): (Tensor<5>, Tensor<5>, Tensor<5>),
+        (x_after, p): (Tensor<5>, u32),
+        da: Option<Tensor<5>>,
+        tied: bool,
+    ) -> (Option<Tensor<5>>, Tensor<5>) {
         #[cfg(gpu_kernels)]
-        if self.gate.is_none()
-            && let Some(grads) =
-                super::fused::moment_grads(q, &g, [&a, &u, &t], &x_after, &self.decay, p)
-        {
-            return grads;
+        if self.gate.is_none() {
+            let adds = super::fused::Adds {
+                dq: self.dq.as_ref(),
+                da: da.as_ref(),
+                tied,
+            };
+            let grads =
+                super::fused::moment_grads(q, &g, [&a, &u, &t], &x_after, (&self.decay, p), adds);
+            if let Some((du, da, dq)) = grads {
+                self.dq = Some(dq);
+                return (du, da);
+            }
         }
         let power = f64::from(p);
         let gm = self.masked(g.clone().matmul(u.clone().transpose()), p, &t);
@@ -134,8 +178,17 @@ impl Backward {
         }
         let du = t.transpose().matmul(g) + ea_dx;
         let eu = self.decay.until_end(u, power);
-        let da = gm.clone().transpose().matmul(q.clone()) + eu.matmul(x_after.transpose());
-        [du, da, gm.matmul(a)]
+        let term = gm.clone().transpose().matmul(q.clone()) + eu.matmul(x_after.transpose());
+        self.add_dq(gm.matmul(a));
+        let (du, term) = match tied {
+            true => (None, du + term),
+            false => (Some(du), term),
+        };
+        let da = match da {
+            Some(da) => da + term,
+            None => term,
+        };
+        (du, da)
     }
 
     /// `∂X ⊙ D^p` for the gradient `∂X` of a product that the forward pass masked into
@@ -147,12 +200,12 @@ impl Backward {
         self.decay.mask(dx, p)
     }
 
-    /// The gradients in the input's layout, from `[∂q, ∂k, ∂v]` in chunks and the initial
-    /// state's.
-    pub(crate) fn finish(self, [dq, dk, dv]: [Tensor<5>; 3], state: Vec<Tensor<4>>) -> NodeGrads {
+    /// The gradients in the input's layout, from `[∂k, ∂v]` in chunks, `∂q` gathered, and
+    /// the initial state's.
+    pub(crate) fn finish(self, [dk, dv]: [Tensor<5>; 2], state: Vec<Tensor<4>>) -> NodeGrads {
         let chunks = self.chunks;
         NodeGrads {
-            q: chunks.merge(dq),
+            q: chunks.merge(self.dq.expect("∂Q's terms, gathered")),
             k: chunks.merge(dk),
             v: chunks.merge(dv),
             log_g: self

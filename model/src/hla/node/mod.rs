@@ -20,6 +20,8 @@ pub(crate) use ops::HlaNodeOps;
 use burn::prelude::*;
 
 use super::HlaInput;
+use super::chunks::{Chunked, Chunks};
+use super::decay::Decay;
 use super::packing::{pack_output, pack_state, unpack_output};
 use crate::backend::bridge::Inner;
 use burn::backend::tensor::FloatTensor;
@@ -33,16 +35,23 @@ pub(crate) struct NodeChunked {
     pub(crate) decay: bool,
     /// Whether the log gates need a gradient (the data-dependent decay).
     pub(crate) gates: bool,
+    /// Whether the call has an initial state (a zero state is not a tensor: the scans
+    /// start from zeros, and the packed state input is a placeholder).
+    pub(crate) start: bool,
+    /// Whether the call returns the final state: the output is then `[o, final state]`
+    /// packed, else `o` itself (no copy to pack it, nor a full-size gradient to unpack).
+    pub(crate) keep: bool,
 }
 
 /// One order's node: its forward and backward passes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct NodeKernels {
-    /// From the input, the initial state's tensors and the chunk size.
-    pub(crate) forward: fn(&HlaInput, Vec<Tensor<4>>, usize) -> NodeForward,
-    /// From the input, the forward pass's saved tensors, the output's and final state's
-    /// gradients, the chunk size and whether the gates need a gradient.
-    pub(crate) backward: fn(&HlaInput, Vec<Tensor<5>>, Cotangent, usize, bool) -> NodeGrads,
+    /// From the input in chunks and the initial state's tensors (`None`: zeros).
+    pub(crate) forward: fn(Chunked, Option<Vec<Tensor<4>>>) -> NodeForward,
+    /// From the input in chunks (with the forward pass's decay), the forward pass's saved
+    /// tensors, the output's and final state's gradients and whether the gates need a
+    /// gradient.
+    pub(crate) backward: fn(Chunked, Vec<Tensor<5>>, Cotangent, bool) -> NodeGrads,
     /// One head's state as `[rows, cols]` parts.
     pub(crate) state_parts: fn(usize, usize) -> Vec<[usize; 2]>,
 }
@@ -55,10 +64,11 @@ pub(crate) struct NodeForward {
     pub(crate) saved: Vec<Tensor<5>>,
 }
 
-/// The gradients flowing in: of `o [b, h, time, dv]` and of the final state's tensors.
+/// The gradients flowing in: of `o [b, h, time, dv]` and of the final state's tensors
+/// (`None` when the call returns no final state: zeros).
 pub(crate) struct Cotangent {
     pub(crate) o: Tensor<4>,
-    pub(crate) state: Vec<Tensor<4>>,
+    pub(crate) state: Option<Vec<Tensor<4>>>,
 }
 
 /// The gradients flowing out: of q, k, v, of the log gates per sequence and head
@@ -92,9 +102,11 @@ fn state_parts(input: &HlaInput, node: NodeChunked) -> Vec<[usize; 2]> {
     (node.kernels.state_parts)(input.q.dims()[3], input.v.dims()[3])
 }
 
-/// `[q, k, v, log g [gb, gh, time], state]` (the state packed per head) → the packed `[o,
-/// final state]`, and when `tracked` what the backward pass needs: `[q, k, v, log g]` and
-/// the order's saved tensors.
+/// `[q, k, v, log g [gb, gh, time], state]` (the state packed per head, a placeholder
+/// without one) → the packed `[o, final state]` (`o` alone without `node.keep`), and when
+/// `tracked` what the backward pass needs: `[q, k, v, log g]`, with gates the cumulative
+/// log gates in chunks `b [gb, gh, chunks, chunk, 1]` (the backward pass makes them
+/// again otherwise), and the order's saved tensors.
 pub(crate) fn forward<B: Inner>(
     inputs: [FloatTensor<B>; 5],
     node: NodeChunked,
@@ -110,22 +122,32 @@ pub(crate) fn forward<B: Inner>(
         node,
     );
     let [b, h, ..] = x.q.dims();
-    let state = crate::hla::unpack_state(B::tensor(state), [b, h], &state_parts(&x, node));
-    let out = (node.kernels.forward)(&x, state, node.chunk);
-    let packed = pack_output(out.o, out.state);
+    let state = node
+        .start
+        .then(|| crate::hla::unpack_state(B::tensor(state), [b, h], &state_parts(&x, node)));
+    let chunked = Chunked::new(&x, node.chunk);
+    let cumulative = chunked.decay.log_decay();
+    let out = (node.kernels.forward)(chunked, state);
+    let output = match node.keep {
+        true => B::primitive(pack_output(out.o, out.state)),
+        false => B::primitive(out.o),
+    };
     let saved = match tracked {
         false => Vec::new(),
         true => {
             let mut saved = vec![B::primitive(x.q), B::primitive(x.k), B::primitive(x.v)];
             saved.push(B::primitive(log_g));
+            saved.extend(cumulative.map(B::primitive));
             saved.extend(out.saved.into_iter().map(B::primitive));
             saved
         }
     };
-    (B::primitive(packed), saved)
+    (output, saved)
 }
 
-/// Saved `[q, k, v, log g, the order's tensors]` and the packed gradient `[∂o, ∂state]` →
+/// Saved `[q, k, v, log g, b (with gates), the order's tensors]` and the output's
+/// gradient (packed `[∂o,
+/// ∂state]` with `node.keep`, else `∂o`) →
 /// `[∂q, ∂k, ∂v, ∂log g, ∂state₀]` (the gates' gradient zero unless `node.gates`); the
 /// gates' and the initial state's only where `wanted` (else a placeholder: the fixed
 /// decay and a zero state want none, and packing the state's gradient is a copy).
@@ -139,17 +161,20 @@ pub(crate) fn backward<B: Inner>(
     let mut next = || saved.next().expect("a saved tensor per input");
     let (q, k, v) = (B::tensor(next()), B::tensor(next()), B::tensor(next()));
     let log_g = B::tensor::<3>(next());
+    let cumulative = node.decay.then(|| B::tensor::<5>(next()));
     let order_saved = saved.map(B::tensor::<5>).collect();
     let g_dims = log_g.dims();
     let x = input(q, k, v, log_g, node);
-    let (o, state) = unpack_output(B::tensor(grad), &state_parts(&x, node), &x);
-    let grads = (node.kernels.backward)(
-        &x,
-        order_saved,
-        Cotangent { o, state },
-        node.chunk,
-        node.gates,
-    );
+    let chunks = Chunks::new(x.time(), node.chunk);
+    let chunked = Chunked::with_decay(&x, chunks, Decay::from_cumulative_or_none(cumulative));
+    let (o, state) = match node.keep {
+        true => {
+            let (o, state) = unpack_output(B::tensor(grad), &state_parts(&x, node), &x);
+            (o, Some(state))
+        }
+        false => (B::tensor(grad), None),
+    };
+    let grads = (node.kernels.backward)(chunked, order_saved, Cotangent { o, state }, node.gates);
     let device = x.q.device();
     let placeholder = || B::primitive(Tensor::<1>::empty([1], &device));
     let log_g = match (gates_wanted, grads.log_g) {

@@ -24,7 +24,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
 use crate::hla::decay::Decay;
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
@@ -33,7 +33,7 @@ use crate::hla::decay::Decay;
 /// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
 /// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    let products = products(input, state, chunk);
+    let products = products(Chunked::new(input, chunk), Some(state));
     (products.o, products.state)
 }
 
@@ -52,19 +52,21 @@ pub(crate) struct Products {
     pub(crate) state: State,
 }
 
-/// The chunk equations of the module's header, from `state`.
-pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
+/// The chunk equations of the module's header over the input in chunks `x`, from `state`
+/// (zeros when `None`).
+pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let Chunked {
         chunks,
         decay,
         q,
         k,
         v,
-    } = Chunked::new(input, chunk);
+    } = x;
+    let [s0, z0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
     let ds = update(&k, &k, &decay, 1);
-    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1);
+    let (s_start, s) = chunks.scan(s0, ds, &decay, 1);
     let (w, a, dz) = fused_moments(&q, &k, &v, &s_start, &decay).unwrap_or_else(|| {
         let w = decay.mask(q.clone().matmul(kt), 1);
         let a = decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0)
@@ -76,7 +78,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
         (w, a, dz)
     });
 
-    let (z_start, z) = chunks.scan(state.z, dz, &decay, 2);
+    let (z_start, z) = chunks.scan(z0, dz, &decay, 2);
     let fused = fused_output([&q, &a, &v, &z_start], &decay, 2, true);
     let (p, o) = fused
         .map(|(p, o)| (p.expect("the scores, asked for"), o))

@@ -20,7 +20,7 @@ use burn::prelude::*;
 
 use super::State;
 use super::chunked::{Products, products};
-use crate::hla::HlaInput;
+use crate::hla::chunks::{Chunked, state_or_zeros};
 use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
@@ -31,7 +31,7 @@ pub(crate) const NODE: NodeKernels = NodeKernels {
 };
 
 /// Saves `[S starts, Z starts, W, A, P]`.
-fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward {
+fn forward(x: Chunked, state: Option<Vec<Tensor<4>>>) -> NodeForward {
     let Products {
         o,
         state,
@@ -41,7 +41,7 @@ fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward
         a,
         p,
         ..
-    } = products(input, State::from_tensors(state), chunk);
+    } = products(x, state.map(State::from_tensors));
     NodeForward {
         o,
         state: state.tensors(),
@@ -52,29 +52,21 @@ fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward
 /// In the order of the module's header, each tensor used up where it is last needed
 /// (the backward pass's working set, like autodiff's, stays a few chunk-sized tensors),
 /// and the gates' gradient gathered as its factors come.
-fn backward(
-    input: &HlaInput,
-    saved: Vec<Tensor<5>>,
-    grad: Cotangent,
-    chunk: usize,
-    gates: bool,
-) -> NodeGrads {
-    let (mut pass, [q, k, v, g]) = Backward::new(input, grad.o, chunk, gates);
+fn backward(x: Chunked, saved: Vec<Tensor<5>>, grad: Cotangent, gates: bool) -> NodeGrads {
+    let (mut pass, [q, k, v, g]) = Backward::new(x, grad.o, gates);
     let [s_start, z_start, w, a, p] = parts(saved);
-    let [ds_last, dz_last] = parts(grad.state);
+    let [ds_last, dz_last] = state_or_zeros(grad.state);
 
     // ∂Z after every chunk; ∂Q's term through Z.
     let z = pass.read(&q, g.clone(), (z_start, dz_last), 2, false);
 
     // G, ∂V, ∂A; ∂Q's term through A.
-    let [dv, da, dq_a] = pass.moment_product(&q, g, (a, v, p), z.after, 2);
+    let [dv, da] = pass.moment_product(&q, g, (a, v, p), (z.after, 2), None);
 
     // ∂S after every chunk (A reads Sᵀ); ∂Q's term through S.
     let s = pass.read(&q, da.clone(), (s_start, ds_last), 1, true);
 
     // H, ∂K; ∂Q's term through W (the moment product of A's W K).
-    let [dk_w, dk_h, dq_h] = pass.moment_product(&q, da, (k.clone(), k, w), s.after, 1);
-    // The terms summed after the last product, so a GPU device adds them in one kernel.
-    let dq = z.dq + dq_a + s.dq + dq_h;
-    pass.finish([dq, dk_w + dk_h, dv], vec![s.first, z.first])
+    let dk = pass.key_product(&q, da, (k, w), (s.after, 1));
+    pass.finish([dk, dv], vec![s.first, z.first])
 }

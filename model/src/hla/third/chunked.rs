@@ -26,7 +26,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -34,7 +34,7 @@ use crate::hla::chunks::{Chunked, fused_output, update};
 /// CPU and GPU kernels ([`super::cpu`], [`super::gpu`]) and of the node ([`super::node`]),
 /// which [`crate::hla::forward`] runs instead where they apply.
 pub fn chunked(input: &HlaInput, state: State, chunk: usize) -> (Tensor<4>, State) {
-    let products = products(input, state, chunk);
+    let products = products(Chunked::new(input, chunk), Some(state));
     (products.o, products.state)
 }
 
@@ -55,21 +55,23 @@ pub(crate) struct Products {
     pub(crate) state: State,
 }
 
-/// The chunk equations of the module's header, from `state`.
-pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products {
+/// The chunk equations of the module's header over the input in chunks `x`, from `state`
+/// (zeros when `None`).
+pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let Chunked {
         chunks,
         decay,
         q,
         k,
         v,
-    } = Chunked::new(input, chunk);
+    } = x;
+    let [s0, p0, y0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
     let ds = update(&k, &k, &decay, 1);
     let dp = update(&k, &v, &decay, 1);
-    let (s_start, s) = chunks.scan(state.s, ds, &decay, 1);
-    let (p_start, p) = chunks.scan(state.p, dp, &decay, 1);
+    let (s_start, s) = chunks.scan(s0, ds, &decay, 1);
+    let (p_start, p) = chunks.scan(p0, dp, &decay, 1);
     let s_t = s_start.clone().transpose();
     let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true).and_then(|(w, b)| {
         let (_, a) = fused_output([&q, &k, &k, &s_t], &decay, 1, false)?;
@@ -83,7 +85,7 @@ pub(crate) fn products(input: &HlaInput, state: State, chunk: usize) -> Products
     });
 
     let dy = update(&a, &b, &decay, 3);
-    let (y_start, y) = chunks.scan(state.y, dy, &decay, 3);
+    let (y_start, y) = chunks.scan(y0, dy, &decay, 3);
     let fused = fused_output([&q, &a, &b, &y_start], &decay, 3, true);
     let (t, o) = match fused {
         Some((t, o)) => (t.expect("the scores, asked for"), o),

@@ -20,7 +20,7 @@ use burn::prelude::*;
 
 use super::State;
 use super::chunked::{Products, products};
-use crate::hla::HlaInput;
+use crate::hla::chunks::{Chunked, state_or_zeros};
 use crate::hla::node::{Backward, Cotangent, NodeForward, NodeGrads, NodeKernels, parts};
 
 /// This order's node, for [`crate::hla::node`].
@@ -31,7 +31,7 @@ pub(crate) const NODE: NodeKernels = NodeKernels {
 };
 
 /// Saves `[S, P and Y starts, W, A, B, T]`.
-fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward {
+fn forward(x: Chunked, state: Option<Vec<Tensor<4>>>) -> NodeForward {
     let Products {
         o,
         state,
@@ -42,7 +42,7 @@ fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward
         a,
         b,
         t,
-    } = products(input, State::from_tensors(state), chunk);
+    } = products(x, state.map(State::from_tensors));
     NodeForward {
         o,
         state: state.tensors(),
@@ -52,35 +52,23 @@ fn forward(input: &HlaInput, state: Vec<Tensor<4>>, chunk: usize) -> NodeForward
 
 /// In the order of the module's header, each tensor used up where it is last needed, and
 /// the gates' gradient gathered as its factors come.
-fn backward(
-    input: &HlaInput,
-    saved: Vec<Tensor<5>>,
-    grad: Cotangent,
-    chunk: usize,
-    gates: bool,
-) -> NodeGrads {
-    let (mut pass, [q, k, v, g]) = Backward::new(input, grad.o, chunk, gates);
+fn backward(x: Chunked, saved: Vec<Tensor<5>>, grad: Cotangent, gates: bool) -> NodeGrads {
+    let (mut pass, [q, k, v, g]) = Backward::new(x, grad.o, gates);
     let [s_start, p_start, y_start, w, a, b, t] = parts(saved);
-    let [ds_last, dp_last, dy_last] = parts(grad.state);
+    let [ds_last, dp_last, dy_last] = state_or_zeros(grad.state);
 
     // ∂Y after every chunk; ∂Q's term through Y.
     let y = pass.read(&q, g.clone(), (y_start, dy_last), 3, false);
 
     // G, ∂B, ∂A; ∂Q's term through A.
-    let [db, da, dq_a] = pass.moment_product(&q, g, (a, b, t), y.after, 3);
+    let [db, da] = pass.moment_product(&q, g, (a, b, t), (y.after, 3), None);
 
     // ∂S (A reads Sᵀ) and ∂P after every chunk; ∂Q's terms through S and P.
     let s = pass.read(&q, da.clone(), (s_start, ds_last), 1, true);
     let p = pass.read(&q, db.clone(), (p_start, dp_last), 1, false);
 
     // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D, as the moment products of A's W K and of B's W V.
-    let [dk_w, dk_h, dq_h] =
-        pass.moment_product(&q, da, (k.clone(), k.clone(), w.clone()), s.after, 1);
-    let [dv, dk_v, dq_v] = pass.moment_product(&q, db, (k, v, w), p.after, 1);
-    // The terms summed after the last product, so a GPU device adds them in one kernel.
-    let dq = y.dq + dq_a + s.dq + p.dq + dq_h + dq_v;
-    pass.finish(
-        [dq, dk_w + dk_h + dk_v, dv],
-        vec![s.first, p.first, y.first],
-    )
+    let dk = pass.key_product(&q, da, (k.clone(), w.clone()), (s.after, 1));
+    let [dv, dk] = pass.moment_product(&q, db, (k, v, w), (p.after, 1), Some(dk));
+    pass.finish([dk, dv], vec![s.first, p.first, y.first])
 }

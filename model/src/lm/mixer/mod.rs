@@ -136,14 +136,17 @@ impl Mixer {
     }
 
     /// `x [batch, time, d_model]` → `[batch, time, d_model]`, continuing from `state`
-    /// (empty when `None`). HLA and linear attention use `form`; softmax attention is
+    /// (empty when `None`), and the next state when `keep` (without it, the chunked HLA
+    /// makes no final state). HLA and linear attention use `form`; softmax attention is
     /// exact either way.
     pub fn forward(
         &self,
         x: Tensor<3>,
         state: Option<MixerState>,
         form: Form,
-    ) -> (Tensor<3>, MixerState) {
+        keep: bool,
+    ) -> (Tensor<3>, Option<MixerState>) {
+        let kept = |conv, memory| keep.then_some(MixerState { conv, memory });
         let (conv_history, memory) = match state {
             Some(s) => (s.conv, Some(s.memory)),
             None => (None, None),
@@ -170,7 +173,7 @@ impl Mixer {
                 }
                 None => o,
             };
-            return (self.output(&x, o), MixerState { conv, memory });
+            return (self.output(&x, o), kept(conv, memory));
         }
         #[cfg(cpu_kernels)]
         if self.settings.kind == MixerKind::Softmax
@@ -179,14 +182,16 @@ impl Mixer {
         {
             let table = self.rope_table(qkv.dims()[1], &qkv.device());
             let o = qkv::attention::forward(qkv.clone(), table, self.settings.heads);
-            let memory = Memory::Projected(qkv);
-            return (self.output(&x, o), MixerState { conv, memory });
+            return (self.output(&x, o), kept(conv, Memory::Projected(qkv)));
         }
         let (q, k, v) = split3(qkv, widths);
         let (q, k, v) = (self.heads(q), self.heads(k), self.heads(v));
         let (o, memory) = match self.settings.kind {
-            MixerKind::Softmax => self.attend(q, k, v, memory),
-            _ => self.recur(&x, q, k, v, memory, form),
+            MixerKind::Softmax => {
+                let (o, memory) = self.attend(q, k, v, memory);
+                (o, Some(memory))
+            }
+            _ => self.recur(&x, q, k, v, memory, form, keep),
         };
         let o = match &self.out_norm {
             Some(norm) => rms_norm(norm, o),
@@ -194,7 +199,8 @@ impl Mixer {
         };
         let [b, h, t, dh] = o.dims();
         let o = o.swap_dims(1, 2).reshape([b, t, h * dh]);
-        (self.output(&x, o), MixerState { conv, memory })
+        let state = memory.and_then(|memory| kept(conv, memory));
+        (self.output(&x, o), state)
     }
 
     /// The output gate (if any) and projection of the heads' outputs `o [batch, time, d]`.
@@ -222,8 +228,8 @@ impl Mixer {
             MixerKind::Softmax => 2 * width * context,
             _ => {
                 let x = Tensor::zeros([1, 1, width], device);
-                let (_, state) = self.forward(x, None, Form::Recurrent);
-                let state = self.recurrent_state(Some(state.memory));
+                let (_, state) = self.forward(x, None, Form::Recurrent, true);
+                let state = self.recurrent_state(state.map(|s| s.memory));
                 state.expect("a recurrent mixer's state").num_floats()
             }
         };

@@ -100,7 +100,9 @@ impl Mixer {
         (o, Memory::Recurrent(state))
     }
 
-    /// HLA or linear attention over the feature-mapped q, k.
+    /// HLA or linear attention over the feature-mapped q, k; the state after it when
+    /// `keep`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn recur(
         &self,
         x: &Tensor<3>,
@@ -109,15 +111,21 @@ impl Mixer {
         v: Tensor<4>,
         memory: Option<Memory>,
         form: Form,
-    ) -> (Tensor<4>, Memory) {
+        keep: bool,
+    ) -> (Tensor<4>, Option<Memory>) {
         let s = &self.settings;
         let order = self.order().expect("softmax attention has no recurrence");
         let (q, k) = s.feature_map.apply(q, k);
         let log_g = self.log_gates(x, q.dims()[2], &q.device());
         let input = HlaInput::new(q, k, v, log_g).expect("the mixer builds consistent shapes");
         let state = self.recurrent_state(memory);
-        let (o, state) = hla::forward(order, form, input, state, s.output);
-        (o, Memory::Recurrent(state))
+        match keep {
+            true => {
+                let (o, state) = hla::forward(order, form, input, state, s.output);
+                (o, Some(Memory::Recurrent(state)))
+            }
+            false => (hla::output(order, form, input, state, s.output), None),
+        }
     }
 
     /// The operator of HLA and linear attention (`None` for softmax attention).

@@ -8,8 +8,20 @@ use crate::hla::chunks::fused::kernel::{
     Gates, Token, copy_in, gram, load_row, log_decay, shared_buffer, token,
 };
 
+/// Which gradients [`grads_kernel`] adds to its inputs' (compile-time): `G A` to ∂Q's
+/// terms so far, `∂A` to a term of the same gradient, and with `tied` (`A = U`, as in a
+/// key moment's `W K`) `∂U` to `∂A`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Sums {
+    pub(crate) q: bool,
+    pub(crate) a: bool,
+    pub(crate) tied: bool,
+}
+
 /// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
-/// token `τ`; `n` is the width of `U` and `∂Y`.
+/// token `τ`; `n` is the width of `U` and `∂Y`. With `sums.q`, `G A` is added to `dq_in`
+/// (∂Q's terms so far), with `sums.a`, `∂A` to `da_in`; with `sums.tied` (`A = U`) `da`
+/// gets `∂U + ∂A` and `du` nothing. The gradients' sums cost no kernel of their own.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grads_kernel(
@@ -20,6 +32,8 @@ pub(crate) fn grads_kernel(
     t: &Tensor<f32>,
     x: &Tensor<f32>,
     b: &Tensor<f32>,
+    dq_in: &Tensor<f32>,
+    da_in: &Tensor<f32>,
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
@@ -29,6 +43,7 @@ pub(crate) fn grads_kernel(
     #[comptime] d: usize,
     #[comptime] n: usize,
     #[comptime] decayed: bool,
+    #[comptime] sums: Sums,
 ) {
     let block = CUBE_POS;
     // A grid spread over its axes may hold a few more cubes than blocks.
@@ -87,11 +102,22 @@ pub(crate) fn grads_kernel(
             }
         }
     }
-    for j in 0..n {
-        du[row * n + j] = acc_u[j];
+    if sums.tied {
+        // A = U: n = d, and ∂A's row gets ∂U's.
+        for i in 0..d {
+            acc_a[i] += acc_u[i];
+        }
+    } else {
+        for j in 0..n {
+            du[row * n + j] = acc_u[j];
+        }
     }
     for i in 0..d {
-        da[row * d + i] = acc_a[i];
+        let mut sum = acc_a[i];
+        if sums.a {
+            sum += da_in[row * d + i];
+        }
+        da[row * d + i] = sum;
     }
     let mut dy_tau = Array::<f32>::new(n);
     for j in 0..n {
@@ -104,7 +130,11 @@ pub(crate) fn grads_kernel(
     copy_in(u, &mut buf, block * c * n, c * n);
     let mut acc_q = Array::<f32>::new(d);
     for i in 0..d {
-        acc_q[i] = 0.0;
+        let mut start = 0.0f32;
+        if sums.q {
+            start = dq_in[row * d + i];
+        }
+        acc_q[i] = start;
     }
     for sigma in 0..c {
         if sigma <= tau {
@@ -125,7 +155,8 @@ pub(crate) fn grads_kernel(
 
 /// `[Qᵀ diag(a^p) ∂Y, diag(a^p) ∂Y Xᵀ]` of every chunk with `p = power` (with `transposed`,
 /// `X` is stored `[n, d]`: the updates' transpose and `diag(a^p) ∂Y X`), one cube per block
-/// and one unit per token `τ`; `n` is the width of `∂Y`.
+/// and one unit per token `τ`; `n` is the width of `∂Y`. With `add_q`, ∂Q's term is
+/// added to `dq_in` (the terms so far).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_kernel(
@@ -133,6 +164,7 @@ pub(crate) fn read_kernel(
     dy: &Tensor<f32>,
     x: &Tensor<f32>,
     b: &Tensor<f32>,
+    dq_in: &Tensor<f32>,
     updates: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
     gates: &Gates,
@@ -142,6 +174,7 @@ pub(crate) fn read_kernel(
     #[comptime] n: usize,
     #[comptime] decayed: bool,
     #[comptime] transposed: bool,
+    #[comptime] add_q: bool,
 ) {
     let block = CUBE_POS;
     // A grid spread over its axes may hold a few more cubes than blocks.
@@ -164,6 +197,9 @@ pub(crate) fn read_kernel(
     copy_in(x, &mut buf, block * d * n, d * n);
     for i in 0..d {
         let mut sum = 0.0f32;
+        if add_q {
+            sum = dq_in[row * d + i];
+        }
         for j in 0..n {
             let mut at = i * n + j;
             if transposed {

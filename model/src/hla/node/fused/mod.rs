@@ -35,22 +35,27 @@ use burn_cubecl::kernel::into_contiguous;
 use crate::backend::gpu::empty;
 use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout, sizes};
 use crate::hla::decay::Decay;
+pub(crate) use kernel::Sums;
 use kernel::grads_kernel;
 
-/// What one call computes: the chunks' layout and the decay's power `p`.
+/// What one call computes: the chunks' layout, the decay's power `p` and which sums it
+/// makes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Grads {
     pub(crate) layout: Layout,
     pub(crate) power: u32,
+    pub(crate) sums: Sums,
 }
 
 /// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
 /// op). Shapes: `q`, `a` `[blocks, c, d]`, `dy`, `u` `[blocks, c, n]`, `t` `[blocks, c,
-/// c]`, `x` (`∂X` after every chunk) `[blocks, d, n]`, with blocks = batch × heads ×
-/// chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
+/// c]`, `x` (`∂X` after every chunk) `[blocks, d, n]`, `dq_in`, `da_in` (read only where
+/// `grads.sums` adds to them; any tensor stands in elsewhere) `[blocks, c, d]`, with
+/// blocks = batch × heads × chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait MomentGrads: Backend {
-    /// `(∂U [blocks, c, n], ∂A [blocks, c, d], G A [blocks, c, d])`.
+    /// `(∂U [blocks, c, n] ([1] when tied), ∂A [blocks, c, d], G A [blocks, c, d])`, with
+    /// the sums of [`Sums`].
     #[fusion(meta = grads_specs)]
     #[allow(clippy::too_many_arguments)]
     fn moment_grads(
@@ -61,6 +66,8 @@ pub(crate) trait MomentGrads: Backend {
         t: FloatTensor<Self>,
         x: FloatTensor<Self>,
         b: FloatTensor<Self>,
+        dq_in: FloatTensor<Self>,
+        da_in: FloatTensor<Self>,
         grads: Grads,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
@@ -74,10 +81,21 @@ fn grads_specs(
     _t: &TensorSpec,
     _x: &TensorSpec,
     _b: &TensorSpec,
-    _grads: &Grads,
+    _dq_in: &TensorSpec,
+    _da_in: &TensorSpec,
+    grads: &Grads,
 ) -> (TensorSpec, TensorSpec, TensorSpec) {
     let spec = |shape: &Shape| TensorSpec::new(shape.clone(), q.dtype);
-    (spec(&dy.shape), spec(&q.shape), spec(&q.shape))
+    (
+        spec(&du_shape(dy.shape.clone(), grads.sums)),
+        spec(&q.shape),
+        spec(&q.shape),
+    )
+}
+
+/// `∂U`'s shape: `∂Y`'s, or one float (unwritten) when `∂A` takes it.
+fn du_shape(dy: Shape, sums: Sums) -> Shape {
+    if sums.tied { Shape::new([1]) } else { dy }
 }
 
 impl MomentGrads for CubeBackend {
@@ -89,15 +107,19 @@ impl MomentGrads for CubeBackend {
         t: FloatTensor<Self>,
         x: FloatTensor<Self>,
         b: FloatTensor<Self>,
+        dq_in: FloatTensor<Self>,
+        da_in: FloatTensor<Self>,
         grads: Grads,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let [q, dy, a, u, t, x, b] = [q, dy, a, u, t, x, b].map(into_contiguous);
+        let [q, dy, a, u, t, x, b, dq_in, da_in] =
+            [q, dy, a, u, t, x, b, dq_in, da_in].map(into_contiguous);
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
-        let (du, da, dq) = (
-            empty(&q, [blocks, c, n]),
-            empty(&q, [blocks, c, d]),
-            empty(&q, [blocks, c, d]),
-        );
+        // Tied, the kernel writes no ∂U: one float stands in.
+        let du = match grads.sums.tied {
+            true => empty(&q, [1]),
+            false => empty(&q, [blocks, c, n]),
+        };
+        let (du, da, dq) = (du, empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
         let (count, dim) = grid(&q, blocks, c);
         grads_kernel::launch(
             &q.client.clone(),
@@ -110,6 +132,8 @@ impl MomentGrads for CubeBackend {
             t.into_tensor_arg(),
             x.into_tensor_arg(),
             b.into_tensor_arg(),
+            dq_in.into_tensor_arg(),
+            da_in.into_tensor_arg(),
             du.clone().into_tensor_arg(),
             da.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
@@ -119,24 +143,44 @@ impl MomentGrads for CubeBackend {
             d,
             n,
             grads.layout.decayed,
+            grads.sums,
         );
         (du, da, dq)
     }
 }
 
-/// `[∂U, ∂A, G A]` of every chunk (`[b, h, chunks, c, n]`, `[.., c, d]`, `[.., c, d]`) from
+/// What a moment product's gradients add to: ∂Q's terms so far, a term of `∂A`, and
+/// whether `A = U` (`∂A` then takes `∂U`).
+#[derive(Clone, Copy)]
+pub(crate) struct Adds<'a> {
+    pub(crate) dq: Option<&'a Tensor<5>>,
+    pub(crate) da: Option<&'a Tensor<5>>,
+    pub(crate) tied: bool,
+}
+
+/// `[∂U, ∂A, ∂Q]` of every chunk (`[b, h, chunks, c, n]`, `[.., c, d]`, `[.., c, d]`) from
 /// `q`, `∂Y`, `(A, U, T)` and `∂X` after every chunk with the decay's power `power`, where
-/// the kernel takes them.
+/// the kernel takes them: `∂Q` is `G A` plus `adds.dq`, `∂A` plus `adds.da`, and with
+/// `adds.tied` `∂A` has `∂U` added and `∂U` is `None`.
 pub(crate) fn moment_grads(
     q: &Tensor<5>,
     dy: &Tensor<5>,
     [a, u, t]: [&Tensor<5>; 3],
     x_after: &Tensor<5>,
-    decay: &Decay<5>,
-    power: u32,
-) -> Option<[Tensor<5>; 3]> {
+    (decay, power): (&Decay<5>, u32),
+    adds: Adds<'_>,
+) -> Option<(Option<Tensor<5>>, Tensor<5>, Tensor<5>)> {
     use burn::backend::Dispatch;
-    let (layout, b) = layout(&[q, u, dy, a, t, x_after], decay)?;
+    let mut operands = vec![q, u, dy, a, t, x_after];
+    operands.extend(adds.dq.into_iter().chain(adds.da));
+    let (layout, b) = layout(&operands, decay)?;
+    let sums = Sums {
+        q: adds.dq.is_some(),
+        a: adds.da.is_some(),
+        tied: adds.tied,
+    };
+    // Where nothing is added, q stands in (unread).
+    let or_q = |x: Option<&Tensor<5>>| blocks(x.unwrap_or(q)).into_dispatch();
     let (du, da, dq) = <Dispatch as MomentGrads>::moment_grads(
         blocks(q).into_dispatch(),
         blocks(dy).into_dispatch(),
@@ -145,9 +189,16 @@ pub(crate) fn moment_grads(
         blocks(t).into_dispatch(),
         blocks(x_after).into_dispatch(),
         b.into_dispatch(),
-        Grads { layout, power },
+        or_q(adds.dq),
+        or_q(adds.da),
+        Grads {
+            layout,
+            power,
+            sums,
+        },
     );
-    Some([chunked(du, u), chunked(da, q), chunked(dq, q)])
+    let du = (!adds.tied).then(|| chunked(du, u));
+    Some((du, chunked(da, q), chunked(dq, q)))
 }
 
 /// FLOPs of a kernel of this module if fusion's custom op `id` is its, from its inputs'

@@ -24,29 +24,32 @@ use crate::backend::gpu::empty;
 use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout, sizes};
 use crate::hla::decay::Decay;
 
-/// What one call computes: the chunks' layout, the decay's power `p` and whether the
-/// state is read transposed.
+/// What one call computes: the chunks' layout, the decay's power `p`, whether the state
+/// is read transposed and whether ∂Q's term is added to the terms so far.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StateRead {
     pub(crate) layout: Layout,
     pub(crate) power: u32,
     pub(crate) transposed: bool,
+    pub(crate) add_q: bool,
 }
 
 /// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
 /// op). Shapes: `q` `[blocks, c, d]`, `dy` `[blocks, c, n]`, `x` (the state at every
-/// chunk's start) `[blocks, d, n]` (`[blocks, n, d]` when transposed), with blocks = batch
-/// × heads × chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
+/// chunk's start) `[blocks, d, n]` (`[blocks, n, d]` when transposed), `dq_in` (∂Q's
+/// terms so far, read with `add_q`; any tensor stands in elsewhere) `[blocks, c, d]`, with
+/// blocks = batch × heads × chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait ReadGrads: Backend {
     /// `(the updates [blocks, d, n] ([blocks, n, d] when transposed), ∂Q's term [blocks,
-    /// c, d])`.
+    /// c, d] (plus `dq_in` with `add_q`))`.
     #[fusion(meta = read_specs)]
     fn state_read(
         q: FloatTensor<Self>,
         dy: FloatTensor<Self>,
         x: FloatTensor<Self>,
         b: FloatTensor<Self>,
+        dq_in: FloatTensor<Self>,
         read: StateRead,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
@@ -56,6 +59,7 @@ fn read_specs(
     _dy: &TensorSpec,
     x: &TensorSpec,
     _b: &TensorSpec,
+    _dq_in: &TensorSpec,
     _read: &StateRead,
 ) -> (TensorSpec, TensorSpec) {
     (
@@ -70,9 +74,10 @@ impl ReadGrads for CubeBackend {
         dy: FloatTensor<Self>,
         x: FloatTensor<Self>,
         b: FloatTensor<Self>,
+        dq_in: FloatTensor<Self>,
         read: StateRead,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [q, dy, x, b] = [q, dy, x, b].map(into_contiguous);
+        let [q, dy, x, b, dq_in] = [q, dy, x, b, dq_in].map(into_contiguous);
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), dy.shape().dims::<3>()[2]);
         let updates = empty(&q, x.shape().dims::<3>());
         let dq = empty(&q, [blocks, c, d]);
@@ -85,6 +90,7 @@ impl ReadGrads for CubeBackend {
             dy.into_tensor_arg(),
             x.into_tensor_arg(),
             b.into_tensor_arg(),
+            dq_in.into_tensor_arg(),
             updates.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
             read.layout.gate_arg(),
@@ -94,33 +100,39 @@ impl ReadGrads for CubeBackend {
             n,
             read.layout.decayed,
             read.transposed,
+            read.add_q,
         );
         (updates, dq)
     }
 }
 
-/// `(the updates, ∂Q's term)` of every chunk (`[b, h, chunks, d, n]` or `[.., n, d]`,
-/// `[.., c, d]`) from `q`, `∂Y` and `X` at every chunk's start, with the decay's power
-/// `power`, where the kernel takes them.
+/// `(the updates, ∂Q's term plus `dq_in`)` of every chunk (`[b, h, chunks, d, n]` or
+/// `[.., n, d]`, `[.., c, d]`) from `q`, `∂Y` and `X` at every chunk's start, with the
+/// decay's power `power`, where the kernel takes them.
 pub(crate) fn state_read(
     q: &Tensor<5>,
     dy: &Tensor<5>,
     x_start: &Tensor<5>,
-    decay: &Decay<5>,
-    power: u32,
+    (decay, power): (&Decay<5>, u32),
     transposed: bool,
+    dq_in: Option<&Tensor<5>>,
 ) -> Option<(Tensor<5>, Tensor<5>)> {
     use burn::backend::Dispatch;
-    let (layout, b) = layout(&[q, dy, x_start], decay)?;
+    let mut operands = vec![q, dy, x_start];
+    operands.extend(dq_in);
+    let (layout, b) = layout(&operands, decay)?;
     let (updates, dq) = <Dispatch as ReadGrads>::state_read(
         blocks(q).into_dispatch(),
         blocks(dy).into_dispatch(),
         blocks(x_start).into_dispatch(),
         b.into_dispatch(),
+        // Without terms so far, q stands in (unread).
+        blocks(dq_in.unwrap_or(q)).into_dispatch(),
         StateRead {
             layout,
             power,
             transposed,
+            add_q: dq_in.is_some(),
         },
     );
     Some((chunked(updates, x_start), chunked(dq, q)))
