@@ -201,3 +201,43 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
         );
     }
 }
+
+/// At a head width whose tiles lavapipe's 32 KiB of shared memory cannot hold (d = 128:
+/// 96 KiB at chunk 64), the node falls back to its composed steps there (matmuls), but the
+/// cost model plans as the GPU it names (227 KiB): its node runs no matmul, forward or
+/// backward, and its fused kernels are counted though lavapipe could not compile them.
+#[test]
+fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
+    let _turn = turn();
+    let wide = Shape5 {
+        batch: 1,
+        heads: 1,
+        time: 64,
+        d: 128,
+        dv: 128,
+        chunk: 64,
+    };
+    let device = gpu();
+    let inputs = OperatorInputs::random(&wide, &device);
+    set_kernels(Kernels::Nodes);
+    let (_, on_lavapipe) = blocks(&device, || {
+        drop(inputs.forward(Operator::Hla2Chunked, Form::Chunked(wide.chunk)));
+        device.sync().expect("the device runs the pass");
+    })
+    .expect("a dry run of the pass");
+    let matmuls: f64 = on_lavapipe.iter().map(|b| b.matmul_flops).sum();
+    assert!(matmuls > 0.0, "lavapipe's own plan falls back to matmuls");
+
+    let steps = form_cost(Operator::Hla2Chunked, Kernels::Nodes, &wide, &gpu())
+        .expect("the cost model reads the node")
+        .expect("hla2 has a node");
+    let matmul =
+        |s: &&hla_model::bench::cost::Step| s.engine == hla_model::bench::cost::Engine::Matmul;
+    assert_eq!(steps.iter().filter(matmul).count(), 0, "{steps:?}");
+    let kernels = steps
+        .iter()
+        .filter(|s| matches!(s.engine, hla_model::bench::cost::Engine::Kernel { .. }))
+        .count();
+    // Forward: the moments, the output, the update; backward: two reads, two products.
+    assert!(kernels >= 7, "{steps:?}");
+}

@@ -3,7 +3,7 @@
 //! contiguous buffers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use burn::prelude::*;
 use burn::tensor::{DType, Shape};
@@ -117,9 +117,39 @@ pub(crate) fn max_units(device: &Device) -> Option<usize> {
     properties(device).map(|p| cube_units(&p) as usize)
 }
 
-/// The shared memory a cube of a CubeCL device may hold, in bytes; `None` elsewhere.
+/// The shared memory a cube of a CubeCL device may hold, in bytes, as the kernels plan
+/// their tiles ([`PlannedShared`] may stand in for the device's); `None` elsewhere.
 pub(crate) fn shared_bytes(device: &Device) -> Option<usize> {
-    properties(device).map(|p| p.hardware.max_shared_memory_size)
+    let planned = PLANNED_SHARED_BYTES.load(Ordering::Relaxed);
+    properties(device).map(|p| match planned {
+        0 => p.hardware.max_shared_memory_size,
+        planned => planned,
+    })
+}
+
+/// The shared memory the kernels plan for in place of the device's (0: the device's).
+static PLANNED_SHARED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// While it lives, the kernels plan their tiles for `bytes` of shared memory per cube
+/// instead of the device's own: the cost model's dry run plans as a named GPU would on a
+/// device with less (lavapipe's 32 KiB against an H100's 227), where a launch the device
+/// could not compile is counted and dropped, never run.
+pub(crate) struct PlannedShared {
+    before: usize,
+}
+
+impl PlannedShared {
+    pub(crate) fn new(bytes: usize) -> Self {
+        Self {
+            before: PLANNED_SHARED_BYTES.swap(bytes, Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for PlannedShared {
+    fn drop(&mut self) {
+        PLANNED_SHARED_BYTES.store(self.before, Ordering::Relaxed);
+    }
 }
 
 /// The properties of a CubeCL device; `None` elsewhere.

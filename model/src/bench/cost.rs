@@ -15,11 +15,17 @@
 //! composed form's at causal cost (keys up to the query), the backward again recomputing
 //! the forward's; its global reads are its shared tiles' ([`Plan`]), with the tiles an
 //! H100 or H200 holds ([`CUDA_SHARED_BYTES`]).
+//!
+//! Every form plans its tiles for that GPU's shared memory too, whatever the device the
+//! dry run reads on ([`PlannedShared`]): on lavapipe (32 KiB) the node's fused kernels
+//! at d = 128 (96 KiB) would fall back to their composed steps, which an H100 never runs.
+//! A launch the device cannot compile is counted and dropped by the dry run, never run.
 
 use burn::prelude::*;
 
 use super::{Operator, OperatorInputs, Shape5};
 use crate::backend::cost::{Block, blocks};
+use crate::backend::gpu::PlannedShared;
 use crate::backend::{Kernels, kernels, set_kernels};
 use crate::hla::Form;
 use crate::lm::attention::gpu::Plan;
@@ -89,6 +95,7 @@ fn observe(
 ) -> Result<Vec<Block>, String> {
     let before = kernels();
     set_kernels(route);
+    let _planned = PlannedShared::new(CUDA_SHARED_BYTES);
     let device = if backward {
         device.clone().autodiff()
     } else {

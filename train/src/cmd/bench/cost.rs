@@ -12,6 +12,25 @@ use burn::prelude::*;
 use hla_model::bench::Shape5;
 use serde::{Deserialize, Serialize};
 
+/// A form the cost model reads (`--cost-form`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CostForm {
+    /// The hand-written GPU kernels.
+    Kernels,
+    /// The chunked HLA as one autodiff node (HLA and linear attention only).
+    Node,
+    /// Burn's ops.
+    Composed,
+}
+
+/// What the cost model reads: which mixers (empty: all) and which forms (empty: all).
+// A build without a GPU device has no cost model to select from.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+pub(super) struct Selection<'a> {
+    pub mixers: &'a [hla_model::lm::MixerKind],
+    pub forms: &'a [CostForm],
+}
+
 /// A GPU whose peak figures the roofline uses.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Gpu {
@@ -97,24 +116,31 @@ const MIXERS: [(Operator, &str); 5] = [
 ];
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-const FORMS: [(Kernels, &str); 3] = [
-    (Kernels::All, "kernels"),
-    (Kernels::Nodes, "node"),
-    (Kernels::None, "composed"),
+const FORMS: [(Kernels, CostForm, &str); 3] = [
+    (Kernels::All, CostForm::Kernels, "kernels"),
+    (Kernels::Nodes, CostForm::Node, "node"),
+    (Kernels::None, CostForm::Composed, "composed"),
 ];
 
-/// The cost of every mixer's forms at `shape` on `gpu`, read on `device` (a CubeCL device).
+/// The cost of the selected mixers' forms at `shape` on `gpu`, read on `device` (a
+/// CubeCL device).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu) -> Result<Cost> {
+pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu, only: Selection) -> Result<Cost> {
     use anyhow::anyhow;
     use hla_model::bench::cost::form_cost;
 
     if !hla_model::backend::on_gpu(device) {
         return Err(not_cubecl());
     }
+    let mixers = MIXERS.into_iter().filter(|(_, name)| {
+        only.mixers.is_empty() || only.mixers.iter().any(|m| m.name() == *name)
+    });
     let mut rows = Vec::new();
-    for (op, mixer) in MIXERS {
-        for (route, form) in FORMS {
+    for (op, mixer) in mixers {
+        let forms = FORMS
+            .into_iter()
+            .filter(|(_, f, _)| only.forms.is_empty() || only.forms.contains(f));
+        for (route, _, form) in forms {
             eprintln!("cost: {mixer} {form}");
             let steps = form_cost(op, route, shape, device)
                 .map_err(|e| anyhow!("reading the {form} form of {mixer}: {e}"))?;
@@ -136,7 +162,7 @@ pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu) -> Result<Cost> {
 
 /// No GPU device compiled in: the cost model has nothing to read.
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-pub(super) fn cost(_device: &Device, _shape: &Shape5, _gpu: Gpu) -> Result<Cost> {
+pub(super) fn cost(_device: &Device, _shape: &Shape5, _gpu: Gpu, _only: Selection) -> Result<Cost> {
     Err(not_cubecl())
 }
 
