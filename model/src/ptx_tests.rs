@@ -19,7 +19,7 @@ use cubecl::{Compiler, CubeKernel};
 use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
-use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel, update_kernel};
+use crate::hla::chunks::fused::kernel::{GatesCompilationArg, Walk, output_kernel, pass_kernel};
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
 use crate::hla::node::fused::kernel::{Sums, grads_kernel, read_kernel};
@@ -282,22 +282,35 @@ fn the_nodes_kernels_compile_to_ptx() {
         true,
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
-    let update = update_kernel::UpdateKernel::new(
-        settings(C),
-        properties(),
-        target(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        gates(),
-        (),
-        C,
-        D,
-        D,
-        true,
-    );
-    assert_module("update_kernel", &ptx(update, 90), &shared);
+    // A state's pass over the chunks, forward (the updates `Kᵀ diag(e^p) U` inside) and
+    // back from zeros (`Qᵀ diag(a^p) ∂Y`).
+    for back in [false, true] {
+        let walk = Walk {
+            decayed: true,
+            reverse: back,
+            since_start: back,
+            zero_start: back,
+        };
+        let pass = pass_kernel::PassKernel::new(
+            settings(256),
+            properties(),
+            target(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            gates(),
+            (),
+            (),
+            C,
+            D,
+            D,
+            walk,
+        );
+        assert_module("pass_kernel", &ptx(pass, 90), &shared);
+    }
     let moments = moments_kernel::MomentsKernel::new(
         settings(C),
         properties(),
@@ -308,11 +321,8 @@ fn the_nodes_kernels_compile_to_ptx() {
         tensor(),
         tensor(),
         tensor(),
-        tensor(),
-        tensor(),
         gates(),
         C,
-        D,
         D,
         true,
     );

@@ -21,7 +21,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -60,8 +60,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let [p0, e0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
-    let dp = update(&k, &v, &decay, 1);
-    let (p_start, p) = chunks.scan(p0, dp, &decay, 1);
+    let (p_start, p) = chunks.pass(p0, (&k, &v), &decay, 1);
     let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true);
     let (a_gamma, b) = match fused {
         Some((a_gamma, b)) => (a_gamma.expect("the scores, asked for"), b),
@@ -73,8 +72,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
         }
     };
 
-    let de = update(&k, &b, &decay, 1);
-    let (e_start, e) = chunks.scan(e0, de, &decay, 1);
+    let (e_start, e) = chunks.pass(e0, (&k, &b), &decay, 1);
     let o = match fused_output([&q, &k, &b, &e_start], &decay, 1, false) {
         Some((_, o)) => o,
         None => {

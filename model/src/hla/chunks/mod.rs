@@ -117,6 +117,29 @@ impl Chunks {
         scan(initial, deltas, decay, p)
     }
 
+    /// The states of `X ← ρ^p X + Kᵀ diag(e^p) U` over the chunks (`k [b, h, chunks, c,
+    /// d]`, `u [.., c, n]`) from `initial` (zeros when `None`), as [`Chunks::scan`] gives
+    /// them: every chunk's update and the scan, in one GPU kernel where it applies
+    /// ([`fused::pass`]: the node's forward pass on a GPU device, no tensor of the updates
+    /// between them), else the composed update and scan.
+    pub(crate) fn pass(
+        &self,
+        initial: Option<Tensor<4>>,
+        (k, u): (&Tensor<5>, &Tensor<5>),
+        decay: &Decay<5>,
+        p: u32,
+    ) -> (Tensor<5>, Tensor<4>) {
+        #[cfg(gpu_kernels)]
+        if let Some(passed) = fused::pass::pass(initial.as_ref(), [k, u], (decay, p), false) {
+            return passed;
+        }
+        let updates = k
+            .clone()
+            .transpose()
+            .matmul(decay.until_end(u.clone(), f64::from(p)));
+        self.scan(initial, updates, decay, p)
+    }
+
     /// The same scan run from the last chunk back, as a backward pass carries a state's
     /// gradient: with `∂X_N = last` (zeros when `None`: the final state has no gradient)
     /// and every chunk's direct contribution `deltas` to the gradient of its start state,
@@ -161,19 +184,6 @@ pub(crate) fn fused_output(
         let _ = (qrvx, decay, power, scores);
         None
     }
-}
-
-/// What every chunk adds to a state `X ← ρ^p X + Kᵀ diag(e^p) U`: `Kᵀ diag(e^p) U`
-/// (`[b, h, chunks, d, n]` from `k [.., c, d]`, `u [.., c, n]`), by the GPU kernel
-/// ([`fused`]) where it applies (the node's forward pass on a GPU device).
-pub(crate) fn update(k: &Tensor<5>, u: &Tensor<5>, decay: &Decay<5>, p: u32) -> Tensor<5> {
-    #[cfg(gpu_kernels)]
-    if let Some(update) = fused::update(k, u, decay, p) {
-        return update;
-    }
-    k.clone()
-        .transpose()
-        .matmul(decay.until_end(u.clone(), f64::from(p)))
 }
 
 /// A state's `N` tensors, each `None` (zeros, which the scans need not read) without a

@@ -13,7 +13,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -50,8 +50,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let [s0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
-    let ds = update(&k, &v, &decay, 1);
-    let (s_start, s) = chunks.scan(s0, ds, &decay, 1);
+    let (s_start, s) = chunks.pass(s0, (&k, &v), &decay, 1);
     let fused = fused_output([&q, &k, &v, &s_start], &decay, 1, true);
     let (scores, o) = match fused {
         Some((scores, o)) => (scores.expect("the scores, asked for"), o),

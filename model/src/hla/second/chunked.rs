@@ -24,7 +24,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros};
 use crate::hla::decay::Decay;
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
@@ -65,20 +65,15 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let [s0, z0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
-    let ds = update(&k, &k, &decay, 1);
-    let (s_start, s) = chunks.scan(s0, ds, &decay, 1);
-    let (w, a, dz) = fused_moments(&q, &k, &v, &s_start, &decay).unwrap_or_else(|| {
+    let (s_start, s) = chunks.pass(s0, (&k, &k), &decay, 1);
+    let (w, a) = fused_moments(&q, &k, &s_start, &decay).unwrap_or_else(|| {
         let w = decay.mask(q.clone().matmul(kt), 1);
         let a = decay.since_start(q.clone().matmul(s_start.clone().transpose()), 1.0)
             + w.clone().matmul(k.clone());
-        let dz = a
-            .clone()
-            .transpose()
-            .matmul(decay.until_end(v.clone(), 2.0));
-        (w, a, dz)
+        (w, a)
     });
 
-    let (z_start, z) = chunks.scan(z0, dz, &decay, 2);
+    let (z_start, z) = chunks.pass(z0, (&a, &v), &decay, 2);
     let fused = fused_output([&q, &a, &v, &z_start], &decay, 2, true);
     let (p, o) = fused
         .map(|(p, o)| (p.expect("the scores, asked for"), o))
@@ -98,20 +93,19 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     }
 }
 
-/// `(W, A, ΔZ)` by the GPU kernel ([`super::fused`]) where it applies (the node's forward
+/// `(W, A)` by the GPU kernel ([`super::fused`]) where it applies (the node's forward
 /// pass on a GPU device); `None` elsewhere.
 fn fused_moments(
     q: &Tensor<5>,
     k: &Tensor<5>,
-    v: &Tensor<5>,
     s_start: &Tensor<5>,
     decay: &Decay<5>,
-) -> Option<(Tensor<5>, Tensor<5>, Tensor<5>)> {
+) -> Option<(Tensor<5>, Tensor<5>)> {
     #[cfg(gpu_kernels)]
-    return super::fused::moments(q, k, v, s_start, decay);
+    return super::fused::moments(q, k, s_start, decay);
     #[cfg(not(gpu_kernels))]
     {
-        let _ = (q, k, v, s_start, decay);
+        let _ = (q, k, s_start, decay);
         None
     }
 }

@@ -26,7 +26,7 @@ use burn::prelude::*;
 
 use super::State;
 use crate::hla::HlaInput;
-use crate::hla::chunks::{Chunked, fused_output, state_or_zeros, update};
+use crate::hla::chunks::{Chunked, fused_output, state_or_zeros};
 
 /// `chunk` tokens per chunk (the last chunk is padded). `input`: see [`HlaInput`];
 /// returns `o [batch, heads, time, dv]` and the final state. The composed form: the one
@@ -68,10 +68,8 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let [s0, p0, y0] = state_or_zeros(state.map(|s| s.tensors()));
     let kt = k.clone().transpose();
 
-    let ds = update(&k, &k, &decay, 1);
-    let dp = update(&k, &v, &decay, 1);
-    let (s_start, s) = chunks.scan(s0, ds, &decay, 1);
-    let (p_start, p) = chunks.scan(p0, dp, &decay, 1);
+    let (s_start, s) = chunks.pass(s0, (&k, &k), &decay, 1);
+    let (p_start, p) = chunks.pass(p0, (&k, &v), &decay, 1);
     let s_t = s_start.clone().transpose();
     let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true).and_then(|(w, b)| {
         let (_, a) = fused_output([&q, &k, &k, &s_t], &decay, 1, false)?;
@@ -84,8 +82,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
         (w, a, b)
     });
 
-    let dy = update(&a, &b, &decay, 3);
-    let (y_start, y) = chunks.scan(y0, dy, &decay, 3);
+    let (y_start, y) = chunks.pass(y0, (&a, &b), &decay, 3);
     let fused = fused_output([&q, &a, &b, &y_start], &decay, 3, true);
     let (t, o) = match fused {
         Some((t, o)) => (t.expect("the scores, asked for"), o),

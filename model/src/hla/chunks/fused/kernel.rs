@@ -1,5 +1,6 @@
-//! The chunk output kernel of [`super`], and the cube functions the fused kernels of every
-//! order share: one cube per chunk of every sequence and head, one unit per token.
+//! The chunk output kernel of [`super`] and a state's pass over the chunks
+//! ([`super::pass`]), and the cube functions the fused kernels of every order share: one
+//! cube per chunk of every sequence and head, one unit per token.
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
@@ -196,40 +197,99 @@ pub(crate) fn gram(
     }
 }
 
-/// `Kᵀ diag(e^p) U` of every chunk with `p = power`, one cube per block and one unit per
-/// token `τ`; `n` is the width of `U`.
+/// How a pass runs (compile-time): with the decay, back from the last chunk, `f = a`
+/// (else `e`), and from zeros (its start state unread).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Walk {
+    pub(crate) decayed: bool,
+    pub(crate) reverse: bool,
+    pub(crate) since_start: bool,
+    pub(crate) zero_start: bool,
+}
+
+/// [`super::pass::ChunkPass::chunk_pass`], one cube per `tiles`-th of a sequence's `rows · cols` state
+/// values and one unit per value (at least `c` units).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn update_kernel(
+pub(crate) fn pass_kernel(
+    start: &Tensor<f32>,
     k: &Tensor<f32>,
     u: &Tensor<f32>,
     b: &Tensor<f32>,
-    out: &mut Tensor<f32>,
+    states: &mut Tensor<f32>,
+    end: &mut Tensor<f32>,
     gates: &Gates,
     power: f32,
+    tiles: usize,
     #[comptime] c: usize,
-    #[comptime] d: usize,
-    #[comptime] n: usize,
-    #[comptime] decayed: bool,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] walk: Walk,
 ) {
-    let block = CUBE_POS;
-    // A grid spread over its axes may hold a few more cubes than blocks.
-    if block * c * d >= k.len() {
+    let seq = CUBE_POS / tiles;
+    // A grid spread over its axes may hold a few more cubes than tiles.
+    if seq * rows * cols >= end.len() {
         terminate!();
     }
-    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
-    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, n)));
-    let Token {
-        tau,
-        row,
-        gate,
-        b_tau,
-    } = token(b, block, gates, c, decayed);
-    // Each unit scales its token's row of U by e^p_τ.
-    let e_p = (power * (log_decay(b, gate, c - 1, decayed) - b_tau)).exp();
-    for j in 0..n {
-        buf[tau * n + j] = e_p * u[row * n + j];
+    let value = (CUBE_POS % tiles) * CUBE_DIM as usize + UNIT_POS as usize;
+    let active = value < rows * cols;
+    let i = value / cols;
+    let j = value % cols;
+    let mut ks = Shared::<[f32]>::new_slice(comptime!(c * rows));
+    let mut us = Shared::<[f32]>::new_slice(comptime!(c * cols));
+    let heads = gates.heads;
+    let chunks = gates.chunks;
+    let mut x = 0.0f32;
+    if !walk.zero_start {
+        let at = (seq / heads) * start.stride(0)
+            + (seq % heads) * start.stride(1)
+            + i * start.stride(2)
+            + j * start.stride(3);
+        if active {
+            x = start[at];
+        }
     }
-    copy_in(k, &mut rows, block * c * d, c * d);
-    gram(&rows, &buf, out, block * d * n, c, d, n, false);
+    let gate = gate_row(seq, heads, gates.gb, gates.gh) * chunks;
+    for step in 0..chunks {
+        let mut m = step;
+        if walk.reverse {
+            m = chunks - 1 - step;
+        }
+        let block = seq * chunks + m;
+        copy_in(k, &mut ks, block * c * rows, c * rows);
+        copy_in(u, &mut us, block * c * cols, c * cols);
+        // Row τ of K scaled by f^p_τ, by unit τ.
+        let tau = UNIT_POS as usize;
+        let at = (gate + m) * c;
+        let mut b_last = 0.0f32;
+        if walk.decayed {
+            b_last = b[at + c - 1];
+        }
+        if walk.decayed {
+            if tau < c {
+                let b_tau = b[at + tau];
+                let mut f = (power * (b_last - b_tau)).exp();
+                if walk.since_start {
+                    f = (power * b_tau).exp();
+                }
+                for r in 0..rows {
+                    ks[tau * rows + r] *= f;
+                }
+            }
+            sync_cube();
+        }
+        if active {
+            states[block * rows * cols + value] = x;
+            let mut delta = 0.0f32;
+            for t in 0..c {
+                delta += ks[t * rows + i] * us[t * cols + j];
+            }
+            x = (power * b_last).exp() * x + delta;
+        }
+        // The next chunk's copies overwrite what this one read.
+        sync_cube();
+    }
+    if active {
+        end[seq * rows * cols + value] = x;
+    }
 }

@@ -16,9 +16,7 @@
 //! share ([`kernel`]).
 
 pub(crate) mod kernel;
-mod update;
-
-pub(crate) use update::update;
+pub(crate) mod pass;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -166,7 +164,7 @@ pub(crate) fn chunked(x: FloatTensor<burn::backend::Dispatch>, like: &Tensor<5>)
 pub(crate) fn layout(tensors: &[&Tensor<5>], decay: &Decay<5>) -> Option<(Layout, Tensor<2>)> {
     use crate::backend::takes_gpu_step;
     let (q, v) = (tensors[0], tensors[1]);
-    let [b, h, chunks, c, d] = q.dims();
+    let [b, h, _, c, d] = q.dims();
     let dv = v.dims()[4];
     let device = q.device();
     let floats = c * d + shared_buffer(c, d, dv);
@@ -176,9 +174,13 @@ pub(crate) fn layout(tensors: &[&Tensor<5>], decay: &Decay<5>) -> Option<(Layout
         && 4 * floats <= shared_bytes(&device)?
         && c <= crate::backend::gpu::max_units(&device)?
         && crate::backend::gpu::fits(&device, tensors.iter().map(|x| x.shape().num_elements()));
-    if !applies {
-        return None;
-    }
+    applies.then(|| gates_layout(q, decay))
+}
+
+/// The layout of chunks laid out like `q [b, h, chunks, c, d]` and the gates `b [gb · gh,
+/// chunks · c]` (without decay any tensor: the kernels do not read it).
+pub(crate) fn gates_layout(q: &Tensor<5>, decay: &Decay<5>) -> (Layout, Tensor<2>) {
+    let [b, h, chunks, c, d] = q.dims();
     let gates = decay.log_decay();
     let [gb, gh] = gates
         .as_ref()
@@ -193,7 +195,7 @@ pub(crate) fn layout(tensors: &[&Tensor<5>], decay: &Decay<5>) -> Option<(Layout
         || q.clone().reshape([b * h * chunks, c * d]),
         |g| g.reshape([gb * gh, chunks * c]),
     );
-    Some((layout, b))
+    (layout, b)
 }
 
 /// `(M, Y)` of every chunk (`[b, h, chunks, c, c]` when `scores`, `[.., c, dv]`) from `q`,
@@ -227,12 +229,12 @@ pub(crate) fn output(
     Some((m, chunked(y, v)))
 }
 
-/// FLOPs of a kernel of this module (the output's, the update's) if fusion's custom op `id`
+/// FLOPs of a kernel of this module (the output's, the pass's) if fusion's custom op `id`
 /// is its, from its inputs' shapes (`q [blocks, c, d]`, `r`, `v [blocks, c, dv]`, ...):
 /// the multiply-adds of its products, the masked ones over `σ ≤ τ` only.
 pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
     if !id.contains("chunk_output") {
-        return update::flops(id, inputs);
+        return pass::flops(id, inputs);
     }
     let [blocks, c, d] = sizes(&inputs[0]);
     let dv = sizes(&inputs[2])[2];

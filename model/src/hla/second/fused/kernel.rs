@@ -5,7 +5,7 @@ use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
 use crate::hla::chunks::fused::kernel::{
-    Gates, Token, copy_in, gram, load_row, log_decay, shared_buffer, token,
+    Gates, Token, copy_in, load_row, log_decay, shared_buffer, token,
 };
 
 /// The moments of every chunk, one cube per block and one unit per token `τ`.
@@ -14,16 +14,13 @@ use crate::hla::chunks::fused::kernel::{
 pub(crate) fn moments_kernel(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
-    v: &Tensor<f32>,
     s: &Tensor<f32>,
     b: &Tensor<f32>,
     w: &mut Tensor<f32>,
     a: &mut Tensor<f32>,
-    dz: &mut Tensor<f32>,
     gates: &Gates,
     #[comptime] c: usize,
     #[comptime] d: usize,
-    #[comptime] dv: usize,
     #[comptime] decayed: bool,
 ) {
     let block = CUBE_POS;
@@ -31,8 +28,7 @@ pub(crate) fn moments_kernel(
     if block * c * d >= q.len() {
         terminate!();
     }
-    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
-    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, dv)));
+    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, d)));
     let Token {
         tau,
         row,
@@ -71,16 +67,5 @@ pub(crate) fn moments_kernel(
     }
     for x in 0..d {
         a[row * d + x] = acc[x];
-        rows[tau * d + x] = acc[x];
     }
-    sync_cube();
-    // ΔZ = Aᵀ diag(e²) V: each unit scales its token's row of V by e²_τ first.
-    copy_in(v, &mut buf, block * c * dv, c * dv);
-    let e2 = (2.0 * (log_decay(b, gate, c - 1, decayed) - b_tau)).exp();
-    for j in 0..dv {
-        let at = tau * dv + j;
-        buf[at] *= e2;
-    }
-    sync_cube();
-    gram(&rows, &buf, dz, block * d * dv, c, d, dv, false);
 }

@@ -1,0 +1,239 @@
+//! A state's pass over the chunks with its updates made inside, as one CubeCL kernel: what
+//! [`super::update`] and the scan over the chunks ([`crate::hla::chunks::gpu`]) do in two
+//! launches, with every chunk's update a tensor of states written and read between them.
+//! Per chunk `m`, from the chunk's `K [c, rows]` and `U [c, cols]`,
+//!
+//! ```text
+//! X_{m+1} = ρ_m^p X_m + Kᵀ diag(f^p) U
+//! ```
+//!
+//! with `f = e` (decay to the chunk's end: a state's update in the forward pass) or `f = a`
+//! (decay from its start: the gradient a state's read sends back, `Qᵀ diag(a^p) ∂Y`, walked
+//! from the last chunk). One cube per tile of a sequence's state values, one unit per
+//! value: the cube copies each chunk's `K` and `U` into shared memory (`c·(rows + cols)`
+//! floats) and scales `K`'s rows by `f^p`; each unit sums its value's `c` products and
+//! carries its value from chunk to chunk in a register.
+
+use burn::backend::TensorMetadata;
+use burn::backend::fusion::custom::TensorSpec;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, backend_extension};
+use burn::prelude::*;
+use burn::tensor::Shape;
+use burn_cubecl::CubeBackend;
+use burn_cubecl::cubecl::prelude::CubeDim;
+use burn_cubecl::kernel::into_contiguous;
+
+pub(crate) use super::kernel::Walk;
+use super::kernel::pass_kernel;
+use super::{Layout, blocks, gates_layout, layout, sizes};
+use crate::backend::gpu::{cubes, empty, units};
+use crate::hla::decay::Decay;
+
+/// What one call computes: the chunks' layout, the decay's power `p`, how it walks and
+/// the shape of its end state `[b, h, rows, cols]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pass {
+    pub(crate) layout: Layout,
+    pub(crate) power: u32,
+    pub(crate) walk: Walk,
+    pub(crate) end: [usize; 4],
+}
+
+/// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
+/// op). Shapes: `start` `[b, h, rows, cols]` (any strides; any tensor from zeros), `k`
+/// `[blocks, c, rows]`, `u` `[blocks, c, cols]` with blocks = batch × heads × chunks, the
+/// cumulative log gates `b [gb · gh, chunks · c]`.
+#[backend_extension(Cube, Fusion)]
+pub(crate) trait ChunkPass: Backend {
+    /// `(states [seqs, chunks, rows · cols], end [b, h, rows, cols])`: the state every
+    /// chunk starts from and after the last (back: after every chunk, and before the
+    /// first).
+    #[fusion(meta = pass_specs)]
+    fn chunk_pass(
+        start: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        pass: Pass,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+fn pass_specs(
+    _start: &TensorSpec,
+    k: &TensorSpec,
+    u: &TensorSpec,
+    _b: &TensorSpec,
+    pass: &Pass,
+) -> (TensorSpec, TensorSpec) {
+    let [b, h, rows, cols] = pass.end;
+    let states = [b * h, pass.layout.chunks, rows * cols];
+    debug_assert_eq!([k.shape[2], u.shape[2]], [rows, cols]);
+    (
+        TensorSpec::new(Shape::new(states), k.dtype),
+        TensorSpec::new(Shape::new(pass.end), k.dtype),
+    )
+}
+
+impl ChunkPass for CubeBackend {
+    fn chunk_pass(
+        start: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        pass: Pass,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [k, u, b] = [k, u, b].map(into_contiguous);
+        let [_, c, rows] = k.shape().dims::<3>();
+        let cols = u.shape().dims::<3>()[2];
+        let [bs, h, ..] = pass.end;
+        let chunks = pass.layout.chunks;
+        let (states, end) = (
+            empty(&k, [bs * h, chunks, rows * cols]),
+            empty(&k, pass.end),
+        );
+        let dim = CubeDim::new_1d(units(&k));
+        let tiles = (rows * cols).div_ceil(dim.num_elems() as usize);
+        pass_kernel::launch(
+            &k.client.clone(),
+            cubes(&k, bs * h * tiles),
+            dim,
+            start.into_tensor_arg(),
+            k.into_tensor_arg(),
+            u.into_tensor_arg(),
+            b.into_tensor_arg(),
+            states.clone().into_tensor_arg(),
+            end.clone().into_tensor_arg(),
+            pass.layout.gate_arg(),
+            pass.power as f32,
+            tiles,
+            c,
+            rows,
+            cols,
+            pass.walk,
+        );
+        (states, end)
+    }
+}
+
+/// The pass of a state `X` from `start` (zeros when `None`) over the chunks' `K [b, h,
+/// chunks, c, rows]` and `U [.., c, cols]` with the decay's power `power`, walking back
+/// with `f = a` when `back` (else forward with `f = e`), where the kernel takes them
+/// (as the fused kernels, [`layout`], and its `c·(rows + cols)` floats in shared
+/// memory): `(states [b, h, chunks, rows, cols], end [b, h, rows, cols])`.
+pub(crate) fn pass(
+    start: Option<&Tensor<4>>,
+    [k, u]: [&Tensor<5>; 2],
+    (decay, power): (&Decay<5>, u32),
+    back: bool,
+) -> Option<(Tensor<5>, Tensor<4>)> {
+    let [bs, h, n, c, rows] = k.dims();
+    let cols = u.dims()[4];
+    let device = k.device();
+    let applies = 4 * c * (rows + cols) <= crate::backend::gpu::shared_bytes(&device)?
+        && start.is_none_or(crate::backend::takes_gpu_step)
+        && crate::backend::gpu::fits(&device, [bs * h * n * rows * cols])
+        && layout(&[k, u], decay).is_some();
+    applies.then(|| gpu_pass(start, [k, u], (decay, power), back))
+}
+
+/// [`pass`]'s kernel call, wherever the tensors are on a CubeCL device.
+fn gpu_pass(
+    start: Option<&Tensor<4>>,
+    [k, u]: [&Tensor<5>; 2],
+    (decay, power): (&Decay<5>, u32),
+    back: bool,
+) -> (Tensor<5>, Tensor<4>) {
+    use burn::backend::Dispatch;
+    let [bs, h, n, _, rows] = k.dims();
+    let cols = u.dims()[4];
+    let (layout, b) = gates_layout(k, decay);
+    let walk = Walk {
+        decayed: layout.decayed,
+        reverse: back,
+        since_start: back,
+        zero_start: start.is_none(),
+    };
+    let pass = Pass {
+        layout,
+        power,
+        walk,
+        end: [bs, h, rows, cols],
+    };
+    // From zeros the kernel reads no start: the keys stand in.
+    let start = start.map_or_else(|| blocks(k).into_dispatch(), |x| x.clone().into_dispatch());
+    let (states, end) = <Dispatch as ChunkPass>::chunk_pass(
+        start,
+        blocks(k).into_dispatch(),
+        blocks(u).into_dispatch(),
+        b.into_dispatch(),
+        pass,
+    );
+    let states = Tensor::<3>::from_dispatch(states).reshape([bs, h, n, rows, cols]);
+    (states, Tensor::from_dispatch(end))
+}
+
+/// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`start`,
+/// `k [blocks, c, rows]`, `u [blocks, c, cols]`): the multiply-adds of every chunk's
+/// update and the decay of the state.
+pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
+    if !id.contains("chunk_pass") {
+        return None;
+    }
+    let [blocks, c, rows] = sizes(&inputs[1]);
+    let cols = sizes(&inputs[2])[2];
+    Some(blocks * rows * cols * (2.0 * c + 2.0))
+}
+
+#[cfg(all(test, feature = "wgpu"))]
+mod tests {
+    use burn::tensor::{DeviceKind, Distribution};
+
+    use super::*;
+    use crate::agreement::relative_rms_error;
+    use crate::hla::chunks::Chunks;
+
+    /// The kernel against the composed update and scan (forward: `Kᵀ diag(e^p) U` added
+    /// after the decay; back: `Kᵀ diag(a^p) U` from the last chunk), over a ragged last
+    /// chunk and several tiles of state values per sequence: without decay, with gates per
+    /// sequence and head and with a per-head decay (p = 2), from a start state given as a
+    /// transposed view and from zeros.
+    #[test]
+    fn the_pass_is_the_update_and_the_scan() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let (bs, h, time, c, rows, cols) = (2, 3, 37, 8, 5, 70);
+        let chunks = Chunks::new(time, c);
+        let normal = Distribution::Normal(0.0, 1.0);
+        let uniform = Distribution::Uniform(-0.3, 0.0);
+        let k = chunks.split(Tensor::<4>::random([bs, h, time, rows], normal, &device));
+        let u = chunks.split(Tensor::<4>::random([bs, h, time, cols], normal, &device));
+        let per_token = Tensor::<3>::random([bs, h, time], uniform, &device);
+        let per_head = Tensor::<3>::random([1, h, 1], uniform, &device).expand([1, h, time]);
+        for log_g in [None, Some(per_token), Some(per_head)] {
+            let decay = chunks.decay(log_g.as_ref());
+            for (back, zero) in [(false, false), (true, false), (false, true), (true, true)] {
+                let start = Tensor::<4>::random([bs, h, cols, rows], normal, &device);
+                let start = (!zero).then(|| start.swap_dims(2, 3));
+                let (states, end) = gpu_pass(start.as_ref(), [&k, &u], (&decay, 2), back);
+                let factor = |x: Tensor<5>| match back {
+                    false => decay.until_end(x, 2.0),
+                    true => decay.since_start(x, 2.0),
+                };
+                let updates = k.clone().transpose().matmul(factor(u.clone()));
+                let (want_states, want_end) = match back {
+                    false => chunks.scan(start, updates, &decay, 2),
+                    true => chunks.scan_back(start, updates, &decay, 2),
+                };
+                let errors = [
+                    relative_rms_error(states, want_states),
+                    relative_rms_error(end, want_end),
+                ];
+                let gates = log_g.as_ref().map(|g| g.dims());
+                assert!(
+                    errors.iter().all(|e| *e < 1e-5),
+                    "gates {gates:?}, back {back}, zero start {zero}: relative RMS {errors:?}"
+                );
+            }
+        }
+    }
+}
