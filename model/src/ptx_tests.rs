@@ -22,7 +22,7 @@ use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 use crate::hla::chunks::fused::kernel::{GatesCompilationArg, Walk, output_kernel, pass_kernel};
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
-use crate::hla::node::fused::kernel::{Sums, grads_kernel, read_kernel};
+use crate::hla::node::fused::kernel::{Sums, grads_kernel};
 use crate::hla::second::fused::kernel::moments_kernel;
 use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
 
@@ -327,18 +327,21 @@ fn the_nodes_kernels_compile_to_ptx() {
         true,
     );
     assert_module("moments_kernel", &ptx(moments, 90), &shared);
-    // The moment products: alone, and adding ∂Q's terms so far, a term of ∂A and (tied)
-    // ∂U into ∂A.
+    // The moment products: alone, and adding ∂Q's terms so far, a term of ∂A, (tied) ∂U
+    // into ∂A and a state's read term of ∂Q (transposed).
     let all = Sums {
         q: true,
         a: true,
         tied: true,
+        read: true,
+        transposed: true,
     };
     for sums in [Sums::default(), all] {
         let grads = grads_kernel::GradsKernel::new(
             settings(C),
             properties(),
             target(),
+            tensor(),
             tensor(),
             tensor(),
             tensor(),
@@ -360,29 +363,6 @@ fn the_nodes_kernels_compile_to_ptx() {
             sums,
         );
         assert_module("grads_kernel", &ptx(grads, 90), &shared);
-    }
-    for transposed in [false, true] {
-        let read = read_kernel::ReadKernel::new(
-            settings(C),
-            properties(),
-            target(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            gates(),
-            (),
-            C,
-            D,
-            D,
-            true,
-            transposed,
-            transposed,
-        );
-        assert_module("read_kernel", &ptx(read, 90), &shared);
     }
 }
 

@@ -174,9 +174,10 @@ fn the_nodes_forward_products_are_fused_kernels_and_each_state_one_pass() {
 }
 
 /// The node's backward pass at [`SHAPE`] (the fixed decay: the gates need no gradient)
-/// runs a fused kernel per state part it reads (before each scan back) and per moment
-/// product its order's equations have: first order's output, hla2's output and `W K`,
-/// third order's output, `W K` and `W V`, AHLA's `A B` and `A V`.
+/// runs a pass back over the chunks per state part it reads (its updates and scan back in
+/// one kernel) and a fused kernel per moment product its order's equations have (first
+/// order's output, hla2's output and `W K`, third order's output, `W K` and `W V`, AHLA's
+/// `A B` and `A V`), which adds each read's term of `∂Q` too.
 #[test]
 fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
     let _turn = turn();
@@ -197,7 +198,9 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
                 .map(|b| b.launches)
                 .sum()
         };
-        assert_eq!(ran("state_read"), reads, "{op:?}: the reads' kernel");
+        // The forward pass's passes, one per state part, and the backward's.
+        assert_eq!(ran("chunk_pass"), 2 * reads, "{op:?}: the passes");
+        assert_eq!(ran("chunk_scan"), 0, "{op:?}: a scan beside the passes");
         assert_eq!(
             ran("moment_grads"),
             products,

@@ -185,13 +185,13 @@ fn nodes_match_their_composed_forms() {
         };
         let (err, names) = launched(|| kernel_vs_composed(&case, chunk));
         let mut fused = match order {
-            Order::Second => vec!["moments_kernel", "output_kernel"],
-            _ => vec!["output_kernel"],
+            Order::Second => vec!["moments_kernel", "output_kernel", "pass_kernel"],
+            _ => vec!["output_kernel", "pass_kernel"],
         };
-        // The backward's reads of the states and its moment products, where the gates
-        // need no gradient.
+        // The backward's moment products (with its reads' terms of ∂Q; its passes back are
+        // pass kernels too), where the gates need no gradient.
         if !matches!(gates, Gates::Data { .. }) {
-            fused.extend(["read_kernel", "grads_kernel"]);
+            fused.push("grads_kernel");
         }
         for name in fused {
             assert!(

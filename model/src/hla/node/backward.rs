@@ -9,13 +9,23 @@ use super::NodeGrads;
 use crate::hla::chunks::{Chunked, Chunks};
 use crate::hla::decay::{Decay, DecayGrad};
 
-/// A backward pass in progress: the chunk layout and decay of its input, `∂Q` so far, and
-/// the gates' gradient so far (when they need one).
+/// A backward pass in progress: the chunk layout and decay of its input, `∂Q` so far, a
+/// state's read whose term of `∂Q` the next product adds, and the gates' gradient so far
+/// (when they need one).
 pub(crate) struct Backward {
     chunks: Chunks,
     decay: Decay<5>,
     dq: Option<Tensor<5>>,
+    pending: Option<Pending>,
     gate: Option<DecayGrad<5>>,
+}
+
+/// A read's term of `∂Q`, `diag(a^p) ∂Y Xᵀ` (`… X` when `transposed`), left to the product
+/// that takes the same `∂Y` next (on a GPU device its kernel adds it).
+struct Pending {
+    x_start: Tensor<5>,
+    p: u32,
+    transposed: bool,
 }
 
 /// What [`Backward::read`] gives: the state's gradient after every chunk `[b, h, chunks,
@@ -43,6 +53,7 @@ impl Backward {
                 chunks,
                 decay,
                 dq: None,
+                pending: None,
                 gate,
             },
             [q, k, v, g],
@@ -54,8 +65,10 @@ impl Backward {
     /// (zeros when `None`):
     /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose);
     /// gathers `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`) and the gates' parts from `a^p` and
-    /// `ρ^p`. On a GPU device without the gates' gradient, the updates and `∂Q` so far
-    /// come from one kernel ([`super::fused`]).
+    /// `ρ^p`. On a GPU device without the gates' gradient, the updates and the scan back
+    /// are one kernel (`crate::hla::chunks::fused::pass`), and `∂Q`'s term is left to the
+    /// next product, which must take the same `∂Y` (every order's backward pass reads a
+    /// state, then runs the product of the same gradient).
     pub(crate) fn read(
         &mut self,
         q: &Tensor<5>,
@@ -64,20 +77,24 @@ impl Backward {
         p: u32,
         transposed: bool,
     ) -> Read {
+        debug_assert!(self.pending.is_none(), "a read's term left unadded");
         #[cfg(gpu_kernels)]
-        if self.gate.is_none()
-            && let Some((updates, dq)) = super::fused::state_read(
-                q,
-                &dy,
-                &x_start,
-                (&self.decay, p),
-                transposed,
-                self.dq.as_ref(),
-            )
-        {
-            self.dq = Some(dq);
-            let (after, first) = self.chunks.scan_back(x_last, updates, &self.decay, p);
-            return Read { after, first };
+        if self.gate.is_none() {
+            // The updates' transpose is ∂Yᵀ diag(a^p) Q: the pass takes K = ∂Y, U = Q.
+            let ku = match transposed {
+                false => [q, &dy],
+                true => [&dy, q],
+            };
+            let back =
+                crate::hla::chunks::fused::pass::pass(x_last.as_ref(), ku, (&self.decay, p), true);
+            if let Some((after, first)) = back {
+                self.pending = Some(Pending {
+                    x_start,
+                    p,
+                    transposed,
+                });
+                return Read { after, first };
+            }
         }
         let power = f64::from(p);
         let ady = self.decay.since_start(dy, power);
@@ -86,17 +103,13 @@ impl Backward {
             true => ady.clone().transpose().matmul(q.clone()),
         };
         let (after, first) = self.chunks.scan_back(x_last, updates, &self.decay, p);
-        let read = |x: Tensor<5>| match transposed {
-            false => x,
-            true => x.transpose(),
-        };
         if let Some(gate) = &mut self.gate {
-            let qx = q.clone().matmul(read(x_start.clone()));
+            let qx = q.clone().matmul(read(x_start.clone(), transposed));
             gate.since_start(power, rows(ady.clone(), qx));
             let states = whole(after.clone(), x_start.clone());
             gate.whole(power, self.decay.whole(states, power));
         }
-        self.add_dq(ady.matmul(read(x_start).transpose()));
+        self.add_dq(ady.matmul(read(x_start, transposed).transpose()));
         Read { after, first }
     }
 
@@ -143,7 +156,8 @@ impl Backward {
             .1
     }
 
-    /// What both products share: `(∂U, ∂A + da)`, or `(None, ∂U + ∂A + da)` when `tied`.
+    /// What both products share: `(∂U, ∂A + da)`, or `(None, ∂U + ∂A + da)` when `tied`;
+    /// adds the pending read's term of `∂Q` (its `∂Y` is `g`).
     fn product(
         &mut self,
         q: &Tensor<5>,
@@ -153,21 +167,28 @@ impl Backward {
         da: Option<Tensor<5>>,
         tied: bool,
     ) -> (Option<Tensor<5>>, Tensor<5>) {
+        debug_assert!(self.pending.as_ref().is_none_or(|r| r.p == p));
         #[cfg(gpu_kernels)]
         if self.gate.is_none() {
             let adds = super::fused::Adds {
                 dq: self.dq.as_ref(),
                 da: da.as_ref(),
                 tied,
+                read: self.pending.as_ref().map(|r| (&r.x_start, r.transposed)),
             };
             let grads =
                 super::fused::moment_grads(q, &g, [&a, &u, &t], &x_after, (&self.decay, p), adds);
             if let Some((du, da, dq)) = grads {
                 self.dq = Some(dq);
+                self.pending = None;
                 return (du, da);
             }
         }
         let power = f64::from(p);
+        if let Some(r) = self.pending.take() {
+            let ady = self.decay.since_start(g.clone(), power);
+            self.add_dq(ady.matmul(read(r.x_start, r.transposed).transpose()));
+        }
         let gm = self.masked(g.clone().matmul(u.clone().transpose()), p, &t);
         let ea_dx = self
             .decay
@@ -224,6 +245,14 @@ impl Backward {
 pub(crate) fn parts<T, const N: usize>(parts: Vec<T>) -> [T; N] {
     let len = parts.len();
     <[T; N]>::try_from(parts).unwrap_or_else(|_| unreachable!("{N} parts, got {len}"))
+}
+
+/// A state as a read takes it: `X`, or `Xᵀ` when `transposed`.
+fn read(x: Tensor<5>, transposed: bool) -> Tensor<5> {
+    match transposed {
+        false => x,
+        true => x.transpose(),
+    }
 }
 
 /// `x_r · y_r` for the rows of `x` and `y`, `[.., rows, 1]`: with `x` a decay-scaled

@@ -63,12 +63,14 @@ fn backward(x: Chunked, saved: Vec<Tensor<5>>, grad: Cotangent, gates: bool) -> 
     // G, ∂B, ∂A; ∂Q's term through A.
     let [db, da] = pass.moment_product(&q, g, (a, b, t), (y.after, 3), None);
 
-    // ∂S (A reads Sᵀ) and ∂P after every chunk; ∂Q's terms through S and P.
+    // ∂S after every chunk (A reads Sᵀ), ∂Q's term through S; then H's part ∂A Kᵀ, as
+    // the moment product of A's W K.
     let s = pass.read(&q, da.clone(), (s_start, ds_last), 1, true);
-    let p = pass.read(&q, db.clone(), (p_start, dp_last), 1, false);
-
-    // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D, as the moment products of A's W K and of B's W V.
     let dk = pass.key_product(&q, da, (k.clone(), w.clone()), (s.after, 1));
+
+    // ∂P after every chunk, ∂Q's term through P; then H's part ∂B Vᵀ, as the moment
+    // product of B's W V.
+    let p = pass.read(&q, db.clone(), (p_start, dp_last), 1, false);
     let [dv, dk] = pass.moment_product(&q, db, (k, v, w), (p.after, 1), Some(dk));
     pass.finish([dk, dv], vec![s.first, p.first, y.first])
 }

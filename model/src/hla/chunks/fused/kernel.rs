@@ -165,38 +165,6 @@ pub(crate) fn output_kernel(
     }
 }
 
-/// `out[base..base + d · n] = Rᵀ Y` for `R [c, d]` in `rows` and `Y [c, n]` in `buf`
-/// (stored `[d, n]`; its transpose `Yᵀ R`, stored `[n, d]`, when `transposed`), the
-/// cube's units taking every `CUBE_DIM`-th value.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gram(
-    rows: &Shared<[f32]>,
-    buf: &Shared<[f32]>,
-    out: &mut Tensor<f32>,
-    base: usize,
-    #[comptime] c: usize,
-    #[comptime] d: usize,
-    #[comptime] n: usize,
-    #[comptime] transposed: bool,
-) {
-    let mut at = UNIT_POS as usize;
-    while at < d * n {
-        let mut i = at / n;
-        let mut j = at % n;
-        if transposed {
-            i = at % d;
-            j = at / d;
-        }
-        let mut sum = 0.0f32;
-        for t in 0..c {
-            sum += rows[t * d + i] * buf[t * n + j];
-        }
-        out[base + at] = sum;
-        at += CUBE_DIM as usize;
-    }
-}
-
 /// How a pass runs (compile-time): with the decay, back from the last chunk, `f = a`
 /// (else `e`), and from zeros (its start state unread).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -1,27 +1,33 @@
-//! The backward kernels of [`super`] (a moment product's gradients, a state's read): one
-//! cube per chunk of every sequence and head, one unit per token of the chunk.
+//! The backward kernel of [`super`] (a moment product's gradients, with its state read's
+//! term of `∂Q`): one cube per chunk of every sequence and head, one unit per token of the
+//! chunk.
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
 use crate::hla::chunks::fused::kernel::{
-    Gates, Token, copy_in, gram, load_row, log_decay, shared_buffer, token,
+    Gates, Token, copy_in, load_row, log_decay, shared_buffer, token,
 };
 
 /// Which gradients [`grads_kernel`] adds to its inputs' (compile-time): `G A` to ∂Q's
-/// terms so far, `∂A` to a term of the same gradient, and with `tied` (`A = U`, as in a
-/// key moment's `W K`) `∂U` to `∂A`.
+/// terms so far, `∂A` to a term of the same gradient, with `tied` (`A = U`, as in a key
+/// moment's `W K`) `∂U` to `∂A`, and with `read` the term `diag(a^p) ∂Y Xᵀ` (`… X` when
+/// `transposed`) of the state `X` that `∂Y` read, to ∂Q.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Sums {
     pub(crate) q: bool,
     pub(crate) a: bool,
     pub(crate) tied: bool,
+    pub(crate) read: bool,
+    pub(crate) transposed: bool,
 }
 
 /// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
 /// token `τ`; `n` is the width of `U` and `∂Y`. With `sums.q`, `G A` is added to `dq_in`
 /// (∂Q's terms so far), with `sums.a`, `∂A` to `da_in`; with `sums.tied` (`A = U`) `da`
-/// gets `∂U + ∂A` and `du` nothing. The gradients' sums cost no kernel of their own.
+/// gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the state
+/// `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when transposed)
+/// that `∂Y` read. The gradients' sums cost no kernel of their own.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grads_kernel(
@@ -34,6 +40,7 @@ pub(crate) fn grads_kernel(
     b: &Tensor<f32>,
     dq_in: &Tensor<f32>,
     da_in: &Tensor<f32>,
+    x_start: &Tensor<f32>,
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
@@ -148,74 +155,24 @@ pub(crate) fn grads_kernel(
             }
         }
     }
+    if sums.read {
+        // diag(a^p) ∂Y Xᵀ: row τ is a^p_τ Σ_j ∂y_τj x_{·j} (x_{j·} when transposed).
+        sync_cube();
+        copy_in(x_start, &mut buf, block * d * n, d * n);
+        let a_p = (power * b_tau).exp();
+        for i in 0..d {
+            let mut sum = 0.0f32;
+            for j in 0..n {
+                let mut at = i * n + j;
+                if sums.transposed {
+                    at = j * d + i;
+                }
+                sum += dy_tau[j] * buf[at];
+            }
+            acc_q[i] += a_p * sum;
+        }
+    }
     for i in 0..d {
         dq[row * d + i] = acc_q[i];
     }
-}
-
-/// `[Qᵀ diag(a^p) ∂Y, diag(a^p) ∂Y Xᵀ]` of every chunk with `p = power` (with `transposed`,
-/// `X` is stored `[n, d]`: the updates' transpose and `diag(a^p) ∂Y X`), one cube per block
-/// and one unit per token `τ`; `n` is the width of `∂Y`. With `add_q`, ∂Q's term is
-/// added to `dq_in` (the terms so far).
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn read_kernel(
-    q: &Tensor<f32>,
-    dy: &Tensor<f32>,
-    x: &Tensor<f32>,
-    b: &Tensor<f32>,
-    dq_in: &Tensor<f32>,
-    updates: &mut Tensor<f32>,
-    dq: &mut Tensor<f32>,
-    gates: &Gates,
-    power: f32,
-    #[comptime] c: usize,
-    #[comptime] d: usize,
-    #[comptime] n: usize,
-    #[comptime] decayed: bool,
-    #[comptime] transposed: bool,
-    #[comptime] add_q: bool,
-) {
-    let block = CUBE_POS;
-    // A grid spread over its axes may hold a few more cubes than blocks.
-    if block * c * d >= q.len() {
-        terminate!();
-    }
-    let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
-    let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, n)));
-    let Token {
-        tau, row, b_tau, ..
-    } = token(b, block, gates, c, decayed);
-    // This token's row of diag(a^p) ∂Y.
-    let mut ady = Array::<f32>::new(n);
-    let a_p = (power * b_tau).exp();
-    for j in 0..n {
-        ady[j] = a_p * dy[row * n + j];
-    }
-
-    // ∂Q's term: row τ is Σ_j (a^p ∂y_τ)_j x_{·j} (x_{j·} when transposed).
-    copy_in(x, &mut buf, block * d * n, d * n);
-    for i in 0..d {
-        let mut sum = 0.0f32;
-        if add_q {
-            sum = dq_in[row * d + i];
-        }
-        for j in 0..n {
-            let mut at = i * n + j;
-            if transposed {
-                at = j * d + i;
-            }
-            sum += ady[j] * buf[at];
-        }
-        dq[row * d + i] = sum;
-    }
-    sync_cube();
-
-    // The state's update Qᵀ diag(a^p) ∂Y from Q and the scaled rows in shared memory.
-    copy_in(q, &mut rows, block * c * d, c * d);
-    for j in 0..n {
-        buf[tau * n + j] = ady[j];
-    }
-    sync_cube();
-    gram(&rows, &buf, updates, block * d * n, c, d, n, transposed);
 }

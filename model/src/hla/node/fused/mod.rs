@@ -1,9 +1,8 @@
-//! The node's backward steps as CubeCL kernels in shared memory, run by its backward pass
+//! The node's backward step as a CubeCL kernel in shared memory, run by its backward pass
 //! on a GPU device in place of the composed matmuls, masks and scales where the gates need
-//! no gradient: a state's read before its scan back over the chunks ([`read`]), and the
-//! moment product ([`super::Backward::moment_product`]): per chunk, with the gradient `∂Y`
-//! of `Y = T U` (`T = (Q Aᵀ) ⊙ D^p`) and the gradient `∂X` after the chunk of the state
-//! `X ← ρ^p X + Aᵀ diag(e^p) U`,
+//! no gradient: the moment product ([`super::Backward::moment_product`]), per chunk, with
+//! the gradient `∂Y` of `Y = T U` (`T = (Q Aᵀ) ⊙ D^p`) and the gradient `∂X` after the
+//! chunk of the state `X ← ρ^p X + Aᵀ diag(e^p) U`,
 //!
 //! ```text
 //! G = (∂Y Uᵀ) ⊙ D^p,   ∂U = Tᵀ ∂Y + diag(e^p) A ∂X,   ∂A = Gᵀ Q + diag(e^p) U ∂Xᵀ,   G A
@@ -11,17 +10,16 @@
 //!
 //! (first order: `A = K`, `U = V`, `X = S`; hla2: `A`, `V`, `Z`, `p = 2`, then `∂A`'s
 //! product with `A = U = K`, `T = W`, `X = S`; third order: `A`, `B`, `Y`, `p = 3`, then
-//! `W K` and `W V`; AHLA: `A^γ B` and `A^γ V`). One
-//! cube per chunk of every sequence and head, one unit per token: the cube copies `∂X`,
-//! then `Q` and `∂Y`, then `A` and `U` into shared memory once; each unit computes its
-//! token's rows of `∂U`, `∂A` (from the columns of `T` and `G`) and `G A` (from a row of
-//! `G`) there, its rows of `A`, `U` and `∂Y` and its accumulators in registers, and writes
-//! each once. The products run on the CUDA cores.
+//! `W K` and `W V`; AHLA: `A^γ B` and `A^γ V`), and the term `diag(a^p) ∂Y X'ᵀ` of ∂Q
+//! from the state `X'` that the same `∂Y` read (whose gradient's pass back over the
+//! chunks, `crate::hla::chunks::fused::pass`, ran before). One cube per chunk of every
+//! sequence and head, one unit per token: the cube copies `∂X`, then `Q` and `∂Y`, then
+//! `A` and `U`, then `X'` into shared memory once; each unit computes its token's rows of
+//! `∂U`, `∂A` (from the columns of `T` and `G`) and `∂Q` (from a row of `G`, then of
+//! `X'`) there, its rows of `A`, `U` and `∂Y` and its accumulators in registers, and
+//! writes each once. The products run on the CUDA cores.
 
 pub(crate) mod kernel;
-mod read;
-
-pub(crate) use read::state_read;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -50,8 +48,10 @@ pub(crate) struct Grads {
 /// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
 /// op). Shapes: `q`, `a` `[blocks, c, d]`, `dy`, `u` `[blocks, c, n]`, `t` `[blocks, c,
 /// c]`, `x` (`∂X` after every chunk) `[blocks, d, n]`, `dq_in`, `da_in` (read only where
-/// `grads.sums` adds to them; any tensor stands in elsewhere) `[blocks, c, d]`, with
-/// blocks = batch × heads × chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
+/// `grads.sums` adds to them; any tensor stands in elsewhere) `[blocks, c, d]`, `x_start`
+/// (the state `∂Y` read, at every chunk's start, where `grads.sums.read`; the gates stand
+/// in elsewhere) `[blocks, d, n]` or `[blocks, n, d]`, with blocks = batch × heads ×
+/// chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait MomentGrads: Backend {
     /// `(∂U [blocks, c, n] ([1] when tied), ∂A [blocks, c, d], G A [blocks, c, d])`, with
@@ -68,6 +68,7 @@ pub(crate) trait MomentGrads: Backend {
         b: FloatTensor<Self>,
         dq_in: FloatTensor<Self>,
         da_in: FloatTensor<Self>,
+        x_start: FloatTensor<Self>,
         grads: Grads,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
@@ -83,6 +84,7 @@ fn grads_specs(
     _b: &TensorSpec,
     _dq_in: &TensorSpec,
     _da_in: &TensorSpec,
+    _x_start: &TensorSpec,
     grads: &Grads,
 ) -> (TensorSpec, TensorSpec, TensorSpec) {
     let spec = |shape: &Shape| TensorSpec::new(shape.clone(), q.dtype);
@@ -109,10 +111,11 @@ impl MomentGrads for CubeBackend {
         b: FloatTensor<Self>,
         dq_in: FloatTensor<Self>,
         da_in: FloatTensor<Self>,
+        x_start: FloatTensor<Self>,
         grads: Grads,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let [q, dy, a, u, t, x, b, dq_in, da_in] =
-            [q, dy, a, u, t, x, b, dq_in, da_in].map(into_contiguous);
+        let [q, dy, a, u, t, x, b, dq_in, da_in, x_start] =
+            [q, dy, a, u, t, x, b, dq_in, da_in, x_start].map(into_contiguous);
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
         // Tied, the kernel writes no ∂U: one float stands in.
         let du = match grads.sums.tied {
@@ -134,6 +137,7 @@ impl MomentGrads for CubeBackend {
             b.into_tensor_arg(),
             dq_in.into_tensor_arg(),
             da_in.into_tensor_arg(),
+            x_start.into_tensor_arg(),
             du.clone().into_tensor_arg(),
             da.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
@@ -149,13 +153,15 @@ impl MomentGrads for CubeBackend {
     }
 }
 
-/// What a moment product's gradients add to: ∂Q's terms so far, a term of `∂A`, and
-/// whether `A = U` (`∂A` then takes `∂U`).
+/// What a moment product's gradients add to: ∂Q's terms so far, a term of `∂A`, whether
+/// `A = U` (`∂A` then takes `∂U`), and the state `∂Y` read (at every chunk's start, and
+/// whether it is read transposed), whose term of ∂Q the kernel adds.
 #[derive(Clone, Copy)]
 pub(crate) struct Adds<'a> {
     pub(crate) dq: Option<&'a Tensor<5>>,
     pub(crate) da: Option<&'a Tensor<5>>,
     pub(crate) tied: bool,
+    pub(crate) read: Option<(&'a Tensor<5>, bool)>,
 }
 
 /// `[∂U, ∂A, ∂Q]` of every chunk (`[b, h, chunks, c, n]`, `[.., c, d]`, `[.., c, d]`) from
@@ -173,14 +179,22 @@ pub(crate) fn moment_grads(
     use burn::backend::Dispatch;
     let mut operands = vec![q, u, dy, a, t, x_after];
     operands.extend(adds.dq.into_iter().chain(adds.da));
+    operands.extend(adds.read.map(|(x, _)| x));
     let (layout, b) = layout(&operands, decay)?;
     let sums = Sums {
         q: adds.dq.is_some(),
         a: adds.da.is_some(),
         tied: adds.tied,
+        read: adds.read.is_some(),
+        transposed: adds.read.is_some_and(|(_, transposed)| transposed),
     };
-    // Where nothing is added, q stands in (unread).
+    // Where nothing is added, q stands in (unread); without a read, the gates (2-D, so
+    // the cost model tells them apart).
     let or_q = |x: Option<&Tensor<5>>| blocks(x.unwrap_or(q)).into_dispatch();
+    let x_start = adds.read.map_or_else(
+        || b.clone().into_dispatch(),
+        |(x, _)| blocks(x).into_dispatch(),
+    );
     let (du, da, dq) = <Dispatch as MomentGrads>::moment_grads(
         blocks(q).into_dispatch(),
         blocks(dy).into_dispatch(),
@@ -191,6 +205,7 @@ pub(crate) fn moment_grads(
         b.into_dispatch(),
         or_q(adds.dq),
         or_q(adds.da),
+        x_start,
         Grads {
             layout,
             power,
@@ -201,15 +216,16 @@ pub(crate) fn moment_grads(
     Some((du, chunked(da, q), chunked(dq, q)))
 }
 
-/// FLOPs of a kernel of this module if fusion's custom op `id` is its, from its inputs'
-/// shapes (`q [blocks, c, d]`, `∂Y [blocks, c, n]`, ...): the multiply-adds of its
-/// products, those of the moment product through `T` and `G` over `σ ≥ τ` (columns) or
-/// `σ ≤ τ` (rows) only.
+/// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`q
+/// [blocks, c, d]`, `∂Y [blocks, c, n]`, ..., `x_start` 3-D where it takes a read's term):
+/// the multiply-adds of its products, those of the moment product through `T` and `G`
+/// over `σ ≥ τ` (columns) or `σ ≤ τ` (rows) only.
 pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
     if !id.contains("moment_grads") {
-        return read::flops(id, inputs);
+        return None;
     }
     let [blocks, c, d] = sizes(&inputs[0]);
     let n = sizes(&inputs[1])[2];
-    Some(blocks * (4.0 * c * d * n + c * (c + 1.0) * (3.0 * n + 2.0 * d)))
+    let read = if inputs[9].len() == 3 { 2.0 } else { 0.0 };
+    Some(blocks * ((4.0 + read) * c * d * n + c * (c + 1.0) * (3.0 * n + 2.0 * d)))
 }
