@@ -280,6 +280,7 @@ fn the_nodes_kernels_compile_to_ptx() {
         D,
         true,
         true,
+        true,
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
     // A state's pass over the chunks, forward (the updates `Kᵀ diag(e^p) U` inside) and

@@ -61,7 +61,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let kt = k.clone().transpose();
 
     let (p_start, p) = chunks.pass(p0, (&k, &v), &decay, 1);
-    let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true);
+    let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, (true, false));
     let (a_gamma, b) = match fused {
         Some((a_gamma, b)) => (a_gamma.expect("the scores, asked for"), b),
         None => {
@@ -73,7 +73,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     };
 
     let (e_start, e) = chunks.pass(e0, (&k, &b), &decay, 1);
-    let o = match fused_output([&q, &k, &b, &e_start], &decay, 1, false) {
+    let o = match fused_output([&q, &k, &b, &e_start], &decay, 1, (false, false)) {
         Some((_, o)) => o,
         None => {
             decay.since_start(q.matmul(e_start.clone()), 1.0) + a_gamma.clone().matmul(b.clone())

@@ -168,20 +168,20 @@ impl Chunks {
 }
 
 /// `M = D^p ⊙ (Q Rᵀ)` (when `scores`) and `Y = diag(a^p) Q X + M V` of every chunk, from
-/// `[q, r, v, x]` (`x` the state at every chunk's start) and `power = p`, by the GPU
-/// kernel ([`fused`]) where it applies (the node's forward pass on a GPU device); `None`
-/// elsewhere (the composed steps run).
+/// `[q, r, v, x]` (`x` the state at every chunk's start; `Xᵀ`, read where it lies, when
+/// `transposed`) and `power = p`, by the GPU kernel ([`fused`]) where it applies (the
+/// node's forward pass on a GPU device); `None` elsewhere (the composed steps run).
 pub(crate) fn fused_output(
     qrvx: [&Tensor<5>; 4],
     decay: &Decay<5>,
     power: u32,
-    scores: bool,
+    (scores, transposed): (bool, bool),
 ) -> Option<(Option<Tensor<5>>, Tensor<5>)> {
     #[cfg(gpu_kernels)]
-    return fused::output(qrvx, decay, power, scores);
+    return fused::output(qrvx, decay, power, (scores, transposed));
     #[cfg(not(gpu_kernels))]
     {
-        let _ = (qrvx, decay, power, scores);
+        let _ = (qrvx, decay, power, scores, transposed);
         None
     }
 }

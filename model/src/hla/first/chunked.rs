@@ -51,7 +51,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     let kt = k.clone().transpose();
 
     let (s_start, s) = chunks.pass(s0, (&k, &v), &decay, 1);
-    let fused = fused_output([&q, &k, &v, &s_start], &decay, 1, true);
+    let fused = fused_output([&q, &k, &v, &s_start], &decay, 1, (true, false));
     let (scores, o) = match fused {
         Some((scores, o)) => (scores.expect("the scores, asked for"), o),
         None => {

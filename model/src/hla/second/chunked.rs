@@ -74,7 +74,7 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
     });
 
     let (z_start, z) = chunks.pass(z0, (&a, &v), &decay, 2);
-    let fused = fused_output([&q, &a, &v, &z_start], &decay, 2, true);
+    let fused = fused_output([&q, &a, &v, &z_start], &decay, 2, (true, false));
     let (p, o) = fused
         .map(|(p, o)| (p.expect("the scores, asked for"), o))
         .unwrap_or_else(|| {

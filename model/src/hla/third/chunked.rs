@@ -70,20 +70,22 @@ pub(crate) fn products(x: Chunked, state: Option<State>) -> Products {
 
     let (s_start, s) = chunks.pass(s0, (&k, &k), &decay, 1);
     let (p_start, p) = chunks.pass(p0, (&k, &v), &decay, 1);
-    let s_t = s_start.clone().transpose();
-    let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, true).and_then(|(w, b)| {
-        let (_, a) = fused_output([&q, &k, &k, &s_t], &decay, 1, false)?;
+    let fused = fused_output([&q, &k, &v, &p_start], &decay, 1, (true, false));
+    let fused = fused.and_then(|(w, b)| {
+        // A reads Sᵀ: the kernel takes S where it lies.
+        let (_, a) = fused_output([&q, &k, &k, &s_start], &decay, 1, (false, true))?;
         Some((w.expect("the scores, asked for"), a, b))
     });
     let (w, a, b) = fused.unwrap_or_else(|| {
         let w = decay.mask(q.clone().matmul(kt), 1);
+        let s_t = s_start.clone().transpose();
         let a = decay.since_start(q.clone().matmul(s_t), 1.0) + w.clone().matmul(k.clone());
         let b = decay.since_start(q.clone().matmul(p_start.clone()), 1.0) + w.clone().matmul(v);
         (w, a, b)
     });
 
     let (y_start, y) = chunks.pass(y0, (&a, &b), &decay, 3);
-    let fused = fused_output([&q, &a, &b, &y_start], &decay, 3, true);
+    let fused = fused_output([&q, &a, &b, &y_start], &decay, 3, (true, false));
     let (t, o) = match fused {
         Some((t, o)) => (t.expect("the scores, asked for"), o),
         None => {

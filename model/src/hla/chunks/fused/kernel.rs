@@ -95,7 +95,8 @@ pub(crate) fn load_row(x: &Tensor<f32>, row: usize, out: &mut Array<f32>, #[comp
 }
 
 /// `M = D^p ⊙ (Q Rᵀ)` (written when `scores`) and `Y = diag(a^p) Q X + M V` of every
-/// chunk with `p = power`, one cube per block and one unit per token `τ`.
+/// chunk with `p = power` (`X` read from its transpose when `transposed`), one cube per
+/// block and one unit per token `τ`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn output_kernel(
@@ -113,6 +114,7 @@ pub(crate) fn output_kernel(
     #[comptime] dv: usize,
     #[comptime] decayed: bool,
     #[comptime] scores: bool,
+    #[comptime] transposed: bool,
 ) {
     let block = CUBE_POS;
     // A grid spread over its axes may hold a few more cubes than blocks.
@@ -129,14 +131,18 @@ pub(crate) fn output_kernel(
     } = token(b, block, gates, c, decayed);
     let mut qt = Array::<f32>::new(d);
     load_row(q, row, &mut qt, d);
-    // diag(a^p) Q X: row τ is a^p_τ q_τᵀ X.
+    // diag(a^p) Q X: row τ is a^p_τ q_τᵀ X (X stored [dv, d] when transposed).
     copy_in(x, &mut buf, block * d * dv, d * dv);
     let mut acc = Array::<f32>::new(dv);
     let a_p = (power * b_tau).exp();
     for j in 0..dv {
         let mut sum = 0.0f32;
         for i in 0..d {
-            sum += qt[i] * buf[i * dv + j];
+            let mut at = i * dv + j;
+            if transposed {
+                at = j * d + i;
+            }
+            sum += qt[i] * buf[at];
         }
         acc[j] = a_p * sum;
     }

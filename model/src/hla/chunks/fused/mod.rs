@@ -51,17 +51,19 @@ impl Layout {
     }
 }
 
-/// What one output call computes: the decay's power `p` and whether `M` is written.
+/// What one output call computes: the decay's power `p`, whether `M` is written, and
+/// whether the kernel reads `X` from its transpose (the tensor given is `Xᵀ`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Output {
     pub(crate) layout: Layout,
     pub(crate) power: u32,
     pub(crate) scores: bool,
+    pub(crate) transposed: bool,
 }
 
 /// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
-/// op). Shapes: `q`, `r` `[blocks, c, d]`, `v` `[blocks, c, dv]`, `x` `[blocks, d, dv]`,
-/// with blocks = batch × heads × chunks; the cumulative log gates `b [gb · gh, chunks ·
+/// op). Shapes: `q`, `r` `[blocks, c, d]`, `v` `[blocks, c, dv]`, `x` `[blocks, d, dv]`
+/// (`[blocks, dv, d]`, `X`'s transpose, when `output.transposed`), with blocks = batch × heads × chunks; the cumulative log gates `b [gb · gh, chunks ·
 /// c]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait ChunkOutput: Backend {
@@ -132,6 +134,7 @@ impl ChunkOutput for CubeBackend {
             dv,
             output.layout.decayed,
             output.scores,
+            output.transposed,
         );
         (m, y)
     }
@@ -205,7 +208,7 @@ pub(crate) fn output(
     [q, r, v, x]: [&Tensor<5>; 4],
     decay: &Decay<5>,
     power: u32,
-    scores: bool,
+    (scores, transposed): (bool, bool),
 ) -> Option<(Option<Tensor<5>>, Tensor<5>)> {
     use burn::backend::Dispatch;
     let (layout, b) = layout(&[q, v, r, x], decay)?;
@@ -213,6 +216,7 @@ pub(crate) fn output(
         layout,
         power,
         scores,
+        transposed,
     };
     let (m, y) = <Dispatch as ChunkOutput>::chunk_output(
         blocks(q).into_dispatch(),
