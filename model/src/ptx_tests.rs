@@ -288,8 +288,7 @@ fn the_nodes_kernels_compile_to_ptx() {
     for back in [false, true] {
         let walk = Walk {
             decayed: true,
-            reverse: back,
-            since_start: back,
+            back,
             zero_start: back,
         };
         let pass = pass_kernel::PassKernel::new(

@@ -17,7 +17,7 @@ use burn_cubecl::kernel::into_contiguous;
 use cubecl::prelude::*;
 
 use crate::backend::gpu::{cubes, empty, units};
-use crate::hla::gpu::blocks::gate_row;
+use crate::hla::gpu::blocks::{gate_row, state_at};
 
 /// How a scan runs: its sequences' heads, the gates' `[gb, gh]`, whether it decays, the
 /// decay's power `p`, which way it walks, whether it starts from zeros (the start state
@@ -138,10 +138,7 @@ pub(crate) fn scan_kernel(
     let mut x = 0.0f32;
     if !zero_start {
         let part = start.shape(3);
-        x = start[(seq / heads) * start.stride(0)
-            + (seq % heads) * start.stride(1)
-            + (col / part) * start.stride(2)
-            + (col % part) * start.stride(3)];
+        x = start[state_at(start, seq, heads, col / part, col % part)];
     }
     for i in 0..chunks {
         let mut m = i;

@@ -246,6 +246,22 @@ pub(crate) fn gate_row(seq: usize, heads: usize, gb: usize, gh: usize) -> usize 
     row
 }
 
+/// Where value `(row, col)` of sequence-and-head `seq`'s state lies in `state [b, h,
+/// rows, cols]`, read through its strides (a part of a packed state, a transposed view).
+#[cube]
+pub(crate) fn state_at(
+    state: &Tensor<f32>,
+    seq: usize,
+    heads: usize,
+    row: usize,
+    col: usize,
+) -> usize {
+    (seq / heads) * state.stride(0)
+        + (seq % heads) * state.stride(1)
+        + row * state.stride(2)
+        + col * state.stride(3)
+}
+
 /// The tokens of chunk `n` of `chunk` in a sequence of `time`.
 #[cube]
 pub(crate) fn span(n: usize, chunk: usize, time: usize) -> usize {

@@ -146,8 +146,7 @@ pub(crate) fn forward<B: Inner>(
 }
 
 /// Saved `[q, k, v, log g, b (with gates), the order's tensors]` and the output's
-/// gradient (packed `[∂o,
-/// ∂state]` with `node.keep`, else `∂o`) →
+/// gradient (packed `[∂o, ∂state]` with `node.keep`, else `∂o`) →
 /// `[∂q, ∂k, ∂v, ∂log g, ∂state₀]` (the gates' gradient zero unless `node.gates`); the
 /// gates' and the initial state's only where `wanted` (else a placeholder: the fixed
 /// decay and a zero state want none, and packing the state's gradient is a copy).

@@ -116,11 +116,23 @@ const MIXERS: [(Operator, &str); 5] = [
 ];
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-const FORMS: [(Kernels, CostForm, &str); 3] = [
-    (Kernels::All, CostForm::Kernels, "kernels"),
-    (Kernels::Nodes, CostForm::Node, "node"),
-    (Kernels::None, CostForm::Composed, "composed"),
+const FORMS: [(Kernels, CostForm); 3] = [
+    (Kernels::All, CostForm::Kernels),
+    (Kernels::Nodes, CostForm::Node),
+    (Kernels::None, CostForm::Composed),
 ];
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl CostForm {
+    /// Its name in the report's rows (and on the command line).
+    fn name(self) -> &'static str {
+        match self {
+            Self::Kernels => "kernels",
+            Self::Node => "node",
+            Self::Composed => "composed",
+        }
+    }
+}
 
 /// The cost of the selected mixers' forms at `shape` on `gpu`, read on `device` (a
 /// CubeCL device).
@@ -139,8 +151,9 @@ pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu, only: Selection) -
     for (op, mixer) in mixers {
         let forms = FORMS
             .into_iter()
-            .filter(|(_, f, _)| only.forms.is_empty() || only.forms.contains(f));
-        for (route, _, form) in forms {
+            .filter(|(_, f)| only.forms.is_empty() || only.forms.contains(f));
+        for (route, form) in forms {
+            let form = form.name();
             eprintln!("cost: {mixer} {form}");
             let steps = form_cost(op, route, shape, device)
                 .map_err(|e| anyhow!("reading the {form} form of {mixer}: {e}"))?;

@@ -5,7 +5,7 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use crate::hla::gpu::blocks::gate_row;
+use crate::hla::gpu::blocks::{gate_row, state_at};
 
 /// Floats of the shared buffer a cube holds beside its `[c, d]` matrix: room for the
 /// largest of `[d, d]`, `[c, d]`, `[c, dv]` and `[d, dv]`.
@@ -171,18 +171,17 @@ pub(crate) fn output_kernel(
     }
 }
 
-/// How a pass runs (compile-time): with the decay, back from the last chunk, `f = a`
-/// (else `e`), and from zeros (its start state unread).
+/// How a pass runs (compile-time): with the decay, `back` from the last chunk with `f = a`
+/// (else forward with `f = e`), and from zeros (its start state unread).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Walk {
     pub(crate) decayed: bool,
-    pub(crate) reverse: bool,
-    pub(crate) since_start: bool,
+    pub(crate) back: bool,
     pub(crate) zero_start: bool,
 }
 
-/// [`super::pass::ChunkPass::chunk_pass`], one cube per `tiles`-th of a sequence's `rows · cols` state
-/// values and one unit per value (at least `c` units).
+/// [`super::pass::ChunkPass::chunk_pass`], one cube per `tiles`-th of a sequence's `rows ·
+/// cols` state values and one unit per value (at least `c` units).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pass_kernel(
@@ -215,10 +214,7 @@ pub(crate) fn pass_kernel(
     let chunks = gates.chunks;
     let mut x = 0.0f32;
     if !walk.zero_start {
-        let at = (seq / heads) * start.stride(0)
-            + (seq % heads) * start.stride(1)
-            + i * start.stride(2)
-            + j * start.stride(3);
+        let at = state_at(start, seq, heads, i, j);
         if active {
             x = start[at];
         }
@@ -226,7 +222,7 @@ pub(crate) fn pass_kernel(
     let gate = gate_row(seq, heads, gates.gb, gates.gh) * chunks;
     for step in 0..chunks {
         let mut m = step;
-        if walk.reverse {
+        if walk.back {
             m = chunks - 1 - step;
         }
         let block = seq * chunks + m;
@@ -235,15 +231,14 @@ pub(crate) fn pass_kernel(
         // Row τ of K scaled by f^p_τ, by unit τ.
         let tau = UNIT_POS as usize;
         let at = (gate + m) * c;
-        let mut b_last = 0.0f32;
+        let mut rho = 1.0f32;
         if walk.decayed {
-            b_last = b[at + c - 1];
-        }
-        if walk.decayed {
+            let b_last = b[at + c - 1];
+            rho = (power * b_last).exp();
             if tau < c {
                 let b_tau = b[at + tau];
                 let mut f = (power * (b_last - b_tau)).exp();
-                if walk.since_start {
+                if walk.back {
                     f = (power * b_tau).exp();
                 }
                 for r in 0..rows {
@@ -258,7 +253,7 @@ pub(crate) fn pass_kernel(
             for t in 0..c {
                 delta += ks[t * rows + i] * us[t * cols + j];
             }
-            x = (power * b_last).exp() * x + delta;
+            x = rho * x + delta;
         }
         // The next chunk's copies overwrite what this one read.
         sync_cube();

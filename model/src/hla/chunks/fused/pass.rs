@@ -1,5 +1,5 @@
 //! A state's pass over the chunks with its updates made inside, as one CubeCL kernel: what
-//! [`super::update`] and the scan over the chunks ([`crate::hla::chunks::gpu`]) do in two
+//! a chunk update and the scan over the chunks ([`crate::hla::chunks::gpu`]) do in two
 //! launches, with every chunk's update a tensor of states written and read between them.
 //! Per chunk `m`, from the chunk's `K [c, rows]` and `U [c, cols]`,
 //!
@@ -26,7 +26,7 @@ use burn_cubecl::kernel::into_contiguous;
 
 pub(crate) use super::kernel::Walk;
 use super::kernel::pass_kernel;
-use super::{Layout, blocks, gates_layout, layout, sizes};
+use super::{Layout, blocks, layout, sizes};
 use crate::backend::gpu::{cubes, empty, units};
 use crate::hla::decay::Decay;
 
@@ -118,40 +118,37 @@ impl ChunkPass for CubeBackend {
 
 /// The pass of a state `X` from `start` (zeros when `None`) over the chunks' `K [b, h,
 /// chunks, c, rows]` and `U [.., c, cols]` with the decay's power `power`, walking back
-/// with `f = a` when `back` (else forward with `f = e`), where the kernel takes them
-/// (as the fused kernels, [`layout`], and its `c·(rows + cols)` floats in shared
-/// memory): `(states [b, h, chunks, rows, cols], end [b, h, rows, cols])`.
+/// with `f = a` when `back` (else forward with `f = e`), where the kernel takes them (as
+/// the fused kernels, [`layout`], whose shared tiles hold the pass's `c·(rows + cols)`
+/// floats): `(states [b, h, chunks, rows, cols], end [b, h, rows, cols])`.
 pub(crate) fn pass(
     start: Option<&Tensor<4>>,
     [k, u]: [&Tensor<5>; 2],
     (decay, power): (&Decay<5>, u32),
     back: bool,
 ) -> Option<(Tensor<5>, Tensor<4>)> {
-    let [bs, h, n, c, rows] = k.dims();
+    let [bs, h, n, _, rows] = k.dims();
     let cols = u.dims()[4];
-    let device = k.device();
-    let applies = 4 * c * (rows + cols) <= crate::backend::gpu::shared_bytes(&device)?
-        && start.is_none_or(crate::backend::takes_gpu_step)
-        && crate::backend::gpu::fits(&device, [bs * h * n * rows * cols])
-        && layout(&[k, u], decay).is_some();
-    applies.then(|| gpu_pass(start, [k, u], (decay, power), back))
+    let applies = start.is_none_or(crate::backend::takes_gpu_step)
+        && crate::backend::gpu::fits(&k.device(), [bs * h * n * rows * cols]);
+    let gates = layout(&[k, u], decay).filter(|_| applies)?;
+    Some(gpu_pass(start, [k, u], gates, (power, back)))
 }
 
-/// [`pass`]'s kernel call, wherever the tensors are on a CubeCL device.
+/// [`pass`]'s kernel call with the chunks' layout and gates `b` ([`super::gates_layout`]),
+/// wherever the tensors are on a CubeCL device.
 fn gpu_pass(
     start: Option<&Tensor<4>>,
     [k, u]: [&Tensor<5>; 2],
-    (decay, power): (&Decay<5>, u32),
-    back: bool,
+    (layout, b): (Layout, Tensor<2>),
+    (power, back): (u32, bool),
 ) -> (Tensor<5>, Tensor<4>) {
     use burn::backend::Dispatch;
     let [bs, h, n, _, rows] = k.dims();
     let cols = u.dims()[4];
-    let (layout, b) = gates_layout(k, decay);
     let walk = Walk {
         decayed: layout.decayed,
-        reverse: back,
-        since_start: back,
+        back,
         zero_start: start.is_none(),
     };
     let pass = Pass {
@@ -189,6 +186,7 @@ pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
 mod tests {
     use burn::tensor::{DeviceKind, Distribution};
 
+    use super::super::gates_layout;
     use super::*;
     use crate::agreement::relative_rms_error;
     use crate::hla::chunks::Chunks;
@@ -214,7 +212,8 @@ mod tests {
             for (back, zero) in [(false, false), (true, false), (false, true), (true, true)] {
                 let start = Tensor::<4>::random([bs, h, cols, rows], normal, &device);
                 let start = (!zero).then(|| start.swap_dims(2, 3));
-                let (states, end) = gpu_pass(start.as_ref(), [&k, &u], (&decay, 2), back);
+                let gates = gates_layout(&k, &decay);
+                let (states, end) = gpu_pass(start.as_ref(), [&k, &u], gates, (2, back));
                 let factor = |x: Tensor<5>| match back {
                     false => decay.until_end(x, 2.0),
                     true => decay.since_start(x, 2.0),
