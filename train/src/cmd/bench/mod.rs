@@ -5,6 +5,7 @@
 
 mod cost;
 mod decode;
+mod forms;
 mod launches;
 mod matmul;
 mod operators;
@@ -17,7 +18,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::prelude::*;
-use hla_model::backend::Kernels;
 use hla_model::bench::{Operator, Shape5};
 use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
@@ -28,6 +28,7 @@ use crate::run::run_dir::write_atomic;
 use crate::run::usage::UsageError;
 use cost::{Cost, CostForm, Gpu};
 use decode::DecodeRow;
+use forms::{Forms, Route};
 use matmul::MatmulRow;
 use operators::{EfficiencyRow, OperatorRow, efficiency};
 use render::{plot_times, render};
@@ -73,6 +74,11 @@ pub struct Args {
     /// than the composed forms on an H200).
     #[arg(long)]
     composed: bool,
+    /// Train and operators sections: only these forms of each case, where it has them:
+    /// `fused` (the hand-written kernels), `node` (the chunked HLA's node) and `composed`
+    /// (without it, those `--composed` measures).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    form: Vec<Route>,
     /// Operators, matmul and sweep sections: batch, heads and head width of the operator
     /// problem, `B,H,D` (`d = dv`; the default is the figures' shape so far; e.g. `4,16,128` for
     /// flash-linear-attention's published chunk_gla figure).
@@ -308,11 +314,15 @@ fn measure(args: &Args) -> Result<Report> {
     } else {
         None
     };
+    let forms = Forms {
+        all: args.composed,
+        only: args.form.clone(),
+    };
     let train = run_if(wanted(Section::Train), || {
-        bench.train_steps(&args.mixer, &args.workload, args.composed, args.quick)
+        bench.train_steps(&args.mixer, &args.workload, &forms, args.quick)
     })?;
     let operators = run_if(wanted(Section::Operators), || {
-        bench.operators(&args.operator, times, chunk, segment, args.composed)
+        bench.operators(&args.operator, times, chunk, segment, &forms)
     })?;
     let decode = run_if(wanted(Section::Decode), || bench.decode(positions))?;
     let matmul = run_if(wanted(Section::Matmul), || {
@@ -414,46 +424,6 @@ fn in_rounds<R>(
         }
     }
     Ok(measured)
-}
-
-/// Which form of an operator, or of a training step's ops, a case runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    /// The hand-written kernels (the CPU's, or the GPU's, which training leaves off).
-    Kernels,
-    /// The chunked HLA's node (`Kernels::Nodes`), every other op as by default.
-    Node,
-    /// The composed forms.
-    Composed,
-}
-
-impl Route {
-    /// The kernels the case runs with ([`Kernels::default`] puts the default back).
-    fn kernels(self) -> Kernels {
-        match self {
-            Self::Kernels => Kernels::All,
-            Self::Node => Kernels::Nodes,
-            Self::Composed => Kernels::None,
-        }
-    }
-
-    /// The form's name in the training steps' table.
-    pub(super) fn form(self) -> &'static str {
-        match self {
-            Self::Kernels => "fused",
-            Self::Node => "node",
-            Self::Composed => "composed",
-        }
-    }
-
-    /// The suffix of the operator's name in a row (none for an operator's one form).
-    pub(super) fn suffix(self) -> &'static str {
-        match self {
-            Self::Kernels => "",
-            Self::Node => " node",
-            Self::Composed => " composed",
-        }
-    }
 }
 
 /// Repetitions for about [`BUDGET_S`] of calls taking `warm` seconds, 3 to 15.

@@ -9,7 +9,9 @@ use hla_model::bench::{Operator, OperatorInputs};
 use hla_model::hla::Form;
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Problem, RECURRENT_BACKWARD_MAX, Route, Timing, in_rounds, repetitions, shape};
+use super::{
+    Bench, Forms, Problem, RECURRENT_BACKWARD_MAX, Route, Timing, in_rounds, repetitions, shape,
+};
 use crate::alloc;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -33,8 +35,7 @@ pub(super) struct EfficiencyRow {
 type Case = (Operator, usize, bool, Route);
 
 impl Bench {
-    /// Every operator, pass and length (with `composed`, those with a fused kernel also
-    /// composed, and those with a node also as their node): one warm-up each, then rounds
+    /// Every operator, pass and length, each in `forms`: one warm-up each, then rounds
     /// that run every case still short of its repetitions, so that the machine's slow
     /// spells spread over all cases (and both ends of a ratio) instead of landing on a few.
     pub(super) fn operators(
@@ -43,7 +44,7 @@ impl Bench {
         times: &[usize],
         chunk: usize,
         segment: usize,
-        composed: bool,
+        forms: &Forms,
     ) -> Result<Vec<OperatorRow>> {
         let form = Form::passes(chunk, segment);
         let autodiff = self.device.clone().autodiff();
@@ -55,7 +56,7 @@ impl Bench {
                 (x, OperatorInputs::random(&shape, &autodiff))
             })
             .collect();
-        let cases = self.operator_cases(only, times, composed);
+        let cases = self.operator_cases(only, times, forms);
         // Seconds and peak heap bytes of one call.
         let once = |&(op, i, backward, route): &Case| {
             set_kernels(route.kernels());
@@ -110,27 +111,15 @@ impl Bench {
     }
 
     /// Every operator (or those in `only`), pass and length as (operator, index of the
-    /// length, with backward, form); with `composed`, those with a fused kernel also
-    /// composed, and those with a node also as their node.
-    fn operator_cases(&self, only: &[Operator], times: &[usize], composed: bool) -> Vec<Case> {
+    /// length, with backward, form), each in `forms` ([`Forms::routes`]).
+    fn operator_cases(&self, only: &[Operator], times: &[usize], forms: &Forms) -> Vec<Case> {
         let mut cases = Vec::new();
         for (i, &time) in times.iter().enumerate() {
             let wanted = Operator::ALL
                 .into_iter()
                 .filter(|op| only.is_empty() || only.contains(op));
             for op in wanted {
-                let fused = op.has_kernels(&self.device);
-                let mut routes = vec![if fused {
-                    Route::Kernels
-                } else {
-                    Route::Composed
-                }];
-                if composed && op.has_node() {
-                    routes.push(Route::Node);
-                }
-                if composed && fused {
-                    routes.push(Route::Composed);
-                }
+                let routes = forms.routes(op.has_kernels(&self.device), op.has_node());
                 for route in routes {
                     cases.push((op, i, false, route));
                     if op != Operator::Hla2Recurrent || time <= RECURRENT_BACKWARD_MAX {

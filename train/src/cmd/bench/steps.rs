@@ -16,7 +16,7 @@ use hla_model::lm::{LmConfig, MixerKind, MlpKind, NormKind, Positions};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Bench, Route, Timing, in_rounds, launches};
+use super::{Bench, Forms, Route, Timing, in_rounds, launches};
 use crate::alloc;
 use crate::run::config::TrainSection;
 use crate::run::trainer::trainee::{NanGuard, Trainee};
@@ -300,19 +300,18 @@ impl Case {
 }
 
 impl Bench {
-    /// Every workload and mixer (empty lists: all; with `composed`, each also with the
-    /// fused kernels off, and each HLA mixer with its node): warm-up steps, then rounds of one step per case still short of
-    /// its repetitions (3 when `quick`), so the machine's slow spells spread over every
+    /// Every workload and mixer (empty lists: all), each in `forms`: warm-up steps, then
+    /// rounds of one step per case still short of its repetitions (3 when `quick`), so the machine's slow spells spread over every
     /// case.
     pub(super) fn train_steps(
         &self,
         mixers: &[MixerKind],
         workloads: &[String],
-        composed: bool,
+        forms: &Forms,
         quick: bool,
     ) -> Result<Vec<TrainRow>> {
         let autodiff = self.device.clone().autodiff();
-        let mut cases = self.cases(mixers, workloads, composed, &autodiff);
+        let mut cases = self.cases(mixers, workloads, forms, &autodiff);
         let mut reps = Vec::with_capacity(cases.len());
         for case in &mut cases {
             eprintln!(
@@ -338,20 +337,19 @@ impl Bench {
     }
 
     /// The cases of `mixers` (empty: all, and each workload's hybrids) on `workloads`
-    /// (empty: all), on the autodiff device `autodiff`, each fused where it has kernels, and
-    /// with `composed` also composed and (with an HLA mixer) with its node.
+    /// (empty: all), on the autodiff device `autodiff`, each in `forms`.
     fn cases(
         &self,
         mixers: &[MixerKind],
         workloads: &[String],
-        composed: bool,
+        forms: &Forms,
         autodiff: &Device,
     ) -> Vec<Case> {
         let wanted = |w: &Workload| workloads.is_empty() || workloads.iter().any(|n| n == w.name);
         let mut cases = Vec::new();
         for workload in WORKLOADS.iter().filter(|w| wanted(w)) {
             for model in workload.models(mixers) {
-                for route in self.routes(&model, composed) {
+                for route in self.routes(&model, forms) {
                     let seed = cases.len() as u64;
                     cases.push(Case::new(workload, model.clone(), route, autodiff, seed));
                 }
@@ -360,26 +358,15 @@ impl Bench {
         cases
     }
 
-    /// The forms `model`'s step runs in: fused where a layer has kernels (else composed),
-    /// and with `composed` also composed and, where a layer is linear-time, its node.
-    fn routes(&self, model: &LmConfig, composed: bool) -> Vec<Route> {
+    /// The forms `model`'s step runs in ([`Forms::routes`]): it has kernels where a layer
+    /// has, and a node where a layer is linear-time.
+    fn routes(&self, model: &LmConfig, forms: &Forms) -> Vec<Route> {
         let linear_time = model.mixers().iter().any(|&m| m != MixerKind::Softmax);
         let fused = model
             .mixers()
             .iter()
             .any(|m| m.has_kernels(model.decay, &self.device));
-        let mut routes = vec![if fused {
-            Route::Kernels
-        } else {
-            Route::Composed
-        }];
-        if composed && linear_time {
-            routes.push(Route::Node);
-        }
-        if composed && fused {
-            routes.push(Route::Composed);
-        }
-        routes
+        forms.routes(fused, linear_time)
     }
 }
 
