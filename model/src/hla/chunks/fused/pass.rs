@@ -9,10 +9,11 @@
 //!
 //! with `f = e` (decay to the chunk's end: a state's update in the forward pass) or `f = a`
 //! (decay from its start: the gradient a state's read sends back, `Qᵀ diag(a^p) ∂Y`, walked
-//! from the last chunk). One cube per tile of a sequence's state values, one unit per
-//! value: the cube copies each chunk's `K` and `U` into shared memory (`c·(rows + cols)`
-//! floats) and scales `K`'s rows by `f^p`; each unit sums its value's `c` products and
-//! carries its value from chunk to chunk in a register.
+//! from the last chunk). One cube per tile of a sequence's state values, one unit per 4 × 4
+//! block of them: the cube copies each chunk's `K` and `U` into shared memory (`c·(rows +
+//! cols)` floats) and scales `K`'s rows by `f^p`; each unit sums its block's `c` outer
+//! products of four keys and four values and carries its block from chunk to chunk in
+//! registers (each value read from shared memory serves four multiply-adds).
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -25,7 +26,7 @@ use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::kernel::into_contiguous;
 
 pub(crate) use super::kernel::Walk;
-use super::kernel::pass_kernel;
+use super::kernel::{TILE, pass_kernel};
 use super::{Layout, blocks, layout, sizes};
 use crate::backend::gpu::{cubes, empty, units};
 use crate::hla::decay::Decay;
@@ -92,8 +93,11 @@ impl ChunkPass for CubeBackend {
             empty(&k, [bs * h, chunks, rows * cols]),
             empty(&k, pass.end),
         );
-        let dim = CubeDim::new_1d(units(&k));
-        let tiles = (rows * cols).div_ceil(dim.num_elems() as usize);
+        // One unit per TILE × TILE block, in cubes of whole warps where a sequence has
+        // fewer blocks than a cube holds.
+        let owned = rows.div_ceil(TILE) * cols.div_ceil(TILE);
+        let dim = CubeDim::new_1d(units(&k).min(owned.next_multiple_of(32) as u32));
+        let tiles = owned.div_ceil(dim.num_elems() as usize);
         pass_kernel::launch(
             &k.client.clone(),
             cubes(&k, bs * h * tiles),
@@ -199,7 +203,7 @@ mod tests {
     #[test]
     fn the_pass_is_the_update_and_the_scan() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let (bs, h, time, c, rows, cols) = (2, 3, 37, 8, 5, 70);
+        let (bs, h, time, c, rows, cols) = (2, 3, 37, 8, 70, 69);
         let chunks = Chunks::new(time, c);
         let normal = Distribution::Normal(0.0, 1.0);
         let uniform = Distribution::Uniform(-0.3, 0.0);
