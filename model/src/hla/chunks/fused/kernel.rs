@@ -222,10 +222,9 @@ pub(crate) fn pass_kernel(
     for e in 0..TILE * TILE {
         x[e] = 0.0;
     }
+    // An idle unit's block lies past the state's last row: it reads nothing.
     if !walk.zero_start {
-        if active {
-            read_block(start, seq, heads, &block, &mut x, rows, cols);
-        }
+        read_block(start, seq, heads, &block, &mut x, rows, cols);
     }
     let gate = gate_row(seq, heads, gates.gb, gates.gh) * chunks;
     for step in 0..chunks {
