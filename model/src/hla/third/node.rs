@@ -14,8 +14,9 @@
 //! order the equations allow: `∂Y` after every chunk by a scan back over the chunks (its
 //! update needs only `∂O`), then `G`, `∂A`, `∂B`, then `∂S` by a second scan back and
 //! `H`'s part through `A`, then `∂P` by a third and `H`'s part through `B` (each read
-//! followed by the product of the same gradient, [`Backward::read`]). The log gates, when they need a gradient, get it from each decay
-//! factor `f` as `f ⊙ ∂f`, as in the CPU kernel ([`super::cpu`]).
+//! followed by the product of the same gradient, [`Backward::read`]). The log gates, when
+//! they need a gradient, get it from each decay factor `f` as `f ⊙ ∂f`, as in the CPU
+//! kernel ([`super::cpu`]).
 
 use burn::prelude::*;
 

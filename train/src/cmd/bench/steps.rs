@@ -301,8 +301,8 @@ impl Case {
 
 impl Bench {
     /// Every workload and mixer (empty lists: all), each in `forms`: warm-up steps, then
-    /// rounds of one step per case still short of its repetitions (3 when `quick`), so the machine's slow spells spread over every
-    /// case.
+    /// rounds of one step per case still short of its repetitions (3 when `quick`), so the
+    /// machine's slow spells spread over every case.
     pub(super) fn train_steps(
         &self,
         mixers: &[MixerKind],

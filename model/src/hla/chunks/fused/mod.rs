@@ -63,8 +63,8 @@ pub(crate) struct Output {
 
 /// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
 /// op). Shapes: `q`, `r` `[blocks, c, d]`, `v` `[blocks, c, dv]`, `x` `[blocks, d, dv]`
-/// (`[blocks, dv, d]`, `X`'s transpose, when `output.transposed`), with blocks = batch × heads × chunks; the cumulative log gates `b [gb · gh, chunks ·
-/// c]`.
+/// (`[blocks, dv, d]`, `X`'s transpose, when `output.transposed`), with blocks = batch ×
+/// heads × chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait ChunkOutput: Backend {
     /// `(M [blocks, c, c], Y [blocks, c, dv])`; `M` is `[1]` and unwritten unless
