@@ -366,6 +366,7 @@ fn the_nodes_kernels_compile_to_ptx() {
     }
 }
 
+/// The attention's kernels as they launch at width 128: one row a unit.
 #[test]
 fn the_attentions_kernels_compile_to_ptx() {
     let target = || Arc::new(TargetProperties::default());
@@ -387,6 +388,7 @@ fn the_attentions_kernels_compile_to_ptx() {
         D,
         TILE,
         TILE,
+        1,
     );
     assert_module("forward_kernel", &ptx(forward, 90), &shared);
     let dq = query_grads::QueryGrads::new(
@@ -409,6 +411,7 @@ fn the_attentions_kernels_compile_to_ptx() {
         D,
         TILE,
         TILE,
+        1,
     );
     assert_module("query_grads", &ptx(dq, 90), &shared);
     let dkv = key_grads::KeyGrads::new(
@@ -430,6 +433,7 @@ fn the_attentions_kernels_compile_to_ptx() {
         D,
         D,
         TILE,
+        1,
     );
     assert_module("key_grads", &ptx(dkv, 90), &shared);
 }

@@ -27,6 +27,12 @@ fn cube_units(properties: &DeviceProperties) -> u32 {
         .min(256)
 }
 
+/// Whether `like`'s device is a CPU (lavapipe, wgpu's `DeviceType::Cpu`), which CubeCL
+/// reports as no physical card: kernels that give a unit several rows give it more there.
+pub(crate) fn on_cpu(like: &CubeTensor) -> bool {
+    like.client.properties().identity.physical.is_none()
+}
+
 /// `cubes` cubes on `like`'s device, spread over the grid's axes where one
 /// axis is not enough (65,535 cubes on wgpu): the kernels read their linear position
 /// (`CUBE_POS`, `ABSOLUTE_POS`) and stop past the last cube or unit they need, since a

@@ -3,27 +3,24 @@
 //! autodiff materialises it) and each key or query row is read from global memory once
 //! per tile of rows, not once per row.
 //!
-//! Forward, one cube per tile of queries (a unit per query): the cube copies each tile of
-//! keys and values it sees into shared memory, and each unit runs an online softmax over
-//! them: `O = (Σ exp(S − m) v) / l` and `L = m + ln l` saved, with `S = q kᵀ / √d`.
+//! Forward, one cube per tile of queries: the cube copies each tile of keys and values it
+//! sees into shared memory, and each unit runs an online softmax over them for its rows:
+//! `O = (Σ exp(S − m) v) / l` and `L = m + ln l` saved, with `S = q kᵀ / √d`.
 //! Backward, from `P = exp(S − L)` recomputed and `D = rowsum(∂O ⊙ O)`: one cube per
 //! query tile for `∂Q = Σ ∂S k` (and `D`) over shared key and value tiles, then one cube
 //! per key tile for `∂K = Σ ∂Sᵀ q` and `∂V = Σ Pᵀ ∂O` over shared tiles of queries, their
-//! `∂O`, `L` and `D`, with `∂S = P ⊙ (∂O vᵀ − D) / √d`. Each unit owns its row's sums, so
+//! `∂O`, `L` and `D`, with `∂S = P ⊙ (∂O vᵀ − D) / √d`. Each unit owns its rows' sums, so
 //! there are no atomics.
 //!
-//! `d`, `dv` and the tiles' rows are compile-time sizes (a kernel per head width), so a
-//! row's query and accumulators live in registers. The products run on the CUDA cores
-//! (one unit per row); tensor-core fragments are the fused tile kernels' work.
+//! `d`, `dv`, the tiles' rows and the rows a unit owns (`per_unit`) are compile-time
+//! sizes, and every loop over them is unrolled, so a unit's rows and accumulators live in
+//! registers. Each key (or query) row a unit reads from shared memory serves all of its
+//! `per_unit` rows: with one row per unit a unit loads as many values as it multiplies.
+//! The products run on the CUDA cores; tensor-core fragments are the fused tile kernels'
+//! work.
 
-use burn::backend::TensorMetadata;
 use burn_cubecl::cubecl;
-use burn_cubecl::kernel::into_contiguous;
-use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
-
-use super::plan::tiles;
-use crate::backend::gpu::{cubes, empty, units};
 
 /// The keys `0 .. n` a query sees: `through` of them, at most `keys`.
 #[cube]
@@ -59,15 +56,21 @@ fn load_tile(
     }
 }
 
-/// This cube's sequence, its tile of `rows` rows in the sequence and this unit's row,
-/// with `total` rows per sequence (a sequence past the last: one of a spread grid's
-/// spare cubes).
+/// This cube's sequence and its tile of `rows` rows in the sequence, with `total` rows
+/// per sequence (a sequence past the last: one of a spread grid's spare cubes).
 #[cube]
-fn tile_of(total: usize, #[comptime] rows: usize) -> (usize, usize, usize) {
+fn tile_of(total: usize, #[comptime] rows: usize) -> (usize, usize) {
     let per_sequence = total.div_ceil(rows);
     let cube = CUBE_POS;
-    let t = cube % per_sequence;
-    (cube / per_sequence, t, t * rows + UNIT_POS as usize)
+    (cube / per_sequence, cube % per_sequence)
+}
+
+/// Row `r` of this unit's `per_unit` rows of tile `t` of `rows` rows: the cube's
+/// `rows / per_unit` units take the tile's rows in turn, so that neighbouring units read
+/// neighbouring rows.
+#[cube]
+fn own_row(t: usize, r: usize, #[comptime] rows: usize, #[comptime] per_unit: usize) -> usize {
+    t * rows + r * comptime!(rows / per_unit) + UNIT_POS as usize
 }
 
 /// The keys the queries of tile `t` of `rows` see: those of its last query.
@@ -82,10 +85,94 @@ fn tile_keys(
     visible(keys, start + visible(queries, (t + 1) * rows))
 }
 
+/// `dst[at .. at + width]`: row `row` of `src` (rows of `width`) times `scale` where
+/// `active`, else zeros.
+#[cube]
+fn load_row(
+    src: &Tensor<f32>,
+    row: usize,
+    active: bool,
+    scale: f32,
+    dst: &mut Array<f32>,
+    at: usize,
+    #[comptime] width: usize,
+) {
+    fill(dst, at, width);
+    if active {
+        #[unroll]
+        for x in 0..width {
+            dst[at + x] = src[row * width + x] * scale;
+        }
+    }
+}
+
+/// Row `row` of `dst` (rows of `width`): `src[at .. at + width]` times `scale`.
+#[cube]
+fn store_row(
+    src: &Array<f32>,
+    at: usize,
+    scale: f32,
+    dst: &mut Tensor<f32>,
+    row: usize,
+    #[comptime] width: usize,
+) {
+    #[unroll]
+    for x in 0..width {
+        dst[row * width + x] = src[at + x] * scale;
+    }
+}
+
+/// Zeros in `dst[at .. at + width]`.
+#[cube]
+fn fill(dst: &mut Array<f32>, at: usize, #[comptime] width: usize) {
+    #[unroll]
+    for x in 0..width {
+        dst[at + x] = 0.0;
+    }
+}
+
+/// Row `j` of the shared tile `src` (rows of `width`) in registers.
+#[cube]
+fn shared_row(src: &Shared<[f32]>, j: usize, #[comptime] width: usize) -> Array<f32> {
+    let mut row = Array::<f32>::new(width);
+    #[unroll]
+    for x in 0..width {
+        row[x] = src[j * width + x];
+    }
+    row
+}
+
+/// `a[at .. at + width] · b`.
+#[cube]
+fn dot(a: &Array<f32>, at: usize, b: &Array<f32>, #[comptime] width: usize) -> f32 {
+    let mut s = 0.0f32;
+    #[unroll]
+    for x in 0..width {
+        s += a[at + x] * b[x];
+    }
+    s
+}
+
+/// `a[at .. at + width] = α a[at .. at + width] + β b`.
+#[cube]
+fn blend(
+    a: &mut Array<f32>,
+    at: usize,
+    alpha: f32,
+    beta: f32,
+    b: &Array<f32>,
+    #[comptime] width: usize,
+) {
+    #[unroll]
+    for x in 0..width {
+        a[at + x] = alpha * a[at + x] + beta * b[x];
+    }
+}
+
 /// `o [rows, dv]` and `lse [rows]` of the queries `q [rows, d]` (rows = sequences ×
 /// `queries`) over their sequence's keys `k [.., keys, d]`, `v [.., keys, dv]`; query `i`
-/// sees keys `j ≤ start + i`. One cube of `rows` units per tile of `rows` queries, over
-/// shared tiles of `tile` keys.
+/// sees keys `j ≤ start + i`. One cube of `rows / per_unit` units per tile of `rows`
+/// queries, over shared tiles of `tile` keys.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward_kernel(
@@ -102,27 +189,25 @@ pub(crate) fn forward_kernel(
     #[comptime] dv: usize,
     #[comptime] rows: usize,
     #[comptime] tile: usize,
+    #[comptime] per_unit: usize,
 ) {
-    let (seq, t, i) = tile_of(queries, rows);
+    let (seq, t) = tile_of(queries, rows);
     if seq * queries >= lse.len() {
         terminate!();
     }
-    let active = i < queries;
-    let row = seq * queries + i;
-    let mut seen = 0;
-    let mut qi = Array::<f32>::new(d);
-    let mut acc = Array::<f32>::new(dv);
-    if active {
-        seen = visible(keys, start + i + 1);
-        for x in 0..d {
-            qi[x] = q[row * d + x] * scale;
-        }
+    let base = seq * queries;
+    let mut qi = Array::<f32>::new(comptime!(per_unit * d));
+    let mut acc = Array::<f32>::new(comptime!(per_unit * dv));
+    let mut m = Array::<f32>::new(per_unit);
+    let mut l = Array::<f32>::new(per_unit);
+    #[unroll]
+    for r in 0..per_unit {
+        let i = own_row(t, r, rows, per_unit);
+        load_row(q, base + i, i < queries, scale, &mut qi, r * d, d);
+        fill(&mut acc, r * dv, dv);
+        m[r] = -1.0e30f32;
+        l[r] = 0.0;
     }
-    for x in 0..dv {
-        acc[x] = 0.0;
-    }
-    let mut m = f32::new(-1.0e30);
-    let mut l = 0.0f32;
     let cube_keys = tile_keys(t, queries, keys, start, rows);
     let mut ks = Shared::<[f32]>::new_slice(tile * d);
     let mut vs = Shared::<[f32]>::new_slice(tile * dv);
@@ -132,31 +217,34 @@ pub(crate) fn forward_kernel(
         load_tile(v, &mut vs, first, (seq + 1) * keys, tile, dv);
         sync_cube();
         for j in 0..tile {
-            if kt * tile + j < seen {
-                let mut s = 0.0f32;
-                for x in 0..d {
-                    s += qi[x] * ks[j * d + x];
+            let key = kt * tile + j;
+            let kj = shared_row(&ks, j, d);
+            let vj = shared_row(&vs, j, dv);
+            #[unroll]
+            for r in 0..per_unit {
+                let i = own_row(t, r, rows, per_unit);
+                if i < queries && key < visible(keys, start + i + 1) {
+                    let s = dot(&qi, r * d, &kj, d);
+                    let mut correction = 1.0f32;
+                    if s > m[r] {
+                        correction = (m[r] - s).exp();
+                        m[r] = s;
+                    }
+                    let p = (s - m[r]).exp();
+                    l[r] = l[r] * correction + p;
+                    blend(&mut acc, r * dv, correction, p, &vj, dv);
                 }
-                let mut m_new = m;
-                if s > m {
-                    m_new = s;
-                }
-                let correction = (m - m_new).exp();
-                let p = (s - m_new).exp();
-                l = l * correction + p;
-                for x in 0..dv {
-                    acc[x] = acc[x] * correction + p * vs[j * dv + x];
-                }
-                m = m_new;
             }
         }
         sync_cube();
     }
-    if active {
-        for x in 0..dv {
-            o[row * dv + x] = acc[x] / l;
+    #[unroll]
+    for r in 0..per_unit {
+        let i = own_row(t, r, rows, per_unit);
+        if i < queries {
+            store_row(&acc, r * dv, 1.0f32 / l[r], o, base + i, dv);
+            lse[base + i] = m[r] + l[r].ln();
         }
-        lse[row] = m + l.ln();
     }
 }
 
@@ -181,33 +269,37 @@ pub(crate) fn query_grads(
     #[comptime] dv: usize,
     #[comptime] rows: usize,
     #[comptime] tile: usize,
+    #[comptime] per_unit: usize,
 ) {
-    let (seq, t, i) = tile_of(queries, rows);
+    let (seq, t) = tile_of(queries, rows);
     if seq * queries >= lse.len() {
         terminate!();
     }
-    let active = i < queries;
-    let row = seq * queries + i;
-    let mut seen = 0;
-    let mut qi = Array::<f32>::new(d);
-    let mut g = Array::<f32>::new(dv);
-    let mut di = 0.0f32;
-    let mut li = 0.0f32;
-    if active {
-        seen = visible(keys, start + i + 1);
-        for x in 0..d {
-            qi[x] = q[row * d + x] * scale;
+    let base = seq * queries;
+    let mut qi = Array::<f32>::new(comptime!(per_unit * d));
+    let mut g = Array::<f32>::new(comptime!(per_unit * dv));
+    let mut di = Array::<f32>::new(per_unit);
+    let mut li = Array::<f32>::new(per_unit);
+    let mut acc = Array::<f32>::new(comptime!(per_unit * d));
+    #[unroll]
+    for r in 0..per_unit {
+        let i = own_row(t, r, rows, per_unit);
+        let active = i < queries;
+        load_row(q, base + i, active, scale, &mut qi, r * d, d);
+        load_row(grad, base + i, active, 1.0f32, &mut g, r * dv, dv);
+        fill(&mut acc, r * d, d);
+        di[r] = 0.0;
+        li[r] = 0.0;
+        if active {
+            let mut sum = 0.0f32;
+            #[unroll]
+            for x in 0..dv {
+                sum += g[r * dv + x] * o[(base + i) * dv + x];
+            }
+            di[r] = sum;
+            delta[base + i] = sum;
+            li[r] = lse[base + i];
         }
-        for x in 0..dv {
-            g[x] = grad[row * dv + x];
-            di += g[x] * o[row * dv + x];
-        }
-        delta[row] = di;
-        li = lse[row];
-    }
-    let mut acc = Array::<f32>::new(d);
-    for x in 0..d {
-        acc[x] = 0.0;
     }
     let cube_keys = tile_keys(t, queries, keys, start, rows);
     let mut ks = Shared::<[f32]>::new_slice(tile * d);
@@ -218,33 +310,34 @@ pub(crate) fn query_grads(
         load_tile(v, &mut vs, first, (seq + 1) * keys, tile, dv);
         sync_cube();
         for j in 0..tile {
-            if kt * tile + j < seen {
-                let mut s = 0.0f32;
-                for x in 0..d {
-                    s += qi[x] * ks[j * d + x];
-                }
-                let mut dp = 0.0f32;
-                for x in 0..dv {
-                    dp += g[x] * vs[j * dv + x];
-                }
-                let ds = (s - li).exp() * (dp - di);
-                for x in 0..d {
-                    acc[x] += ds * ks[j * d + x];
+            let key = kt * tile + j;
+            let kj = shared_row(&ks, j, d);
+            let vj = shared_row(&vs, j, dv);
+            #[unroll]
+            for r in 0..per_unit {
+                let i = own_row(t, r, rows, per_unit);
+                if i < queries && key < visible(keys, start + i + 1) {
+                    let s = dot(&qi, r * d, &kj, d);
+                    let dp = dot(&g, r * dv, &vj, dv);
+                    let ds = (s - li[r]).exp() * (dp - di[r]);
+                    blend(&mut acc, r * d, 1.0f32, ds, &kj, d);
                 }
             }
         }
         sync_cube();
     }
-    if active {
-        for x in 0..d {
-            dq[row * d + x] = acc[x] * scale;
+    #[unroll]
+    for r in 0..per_unit {
+        let i = own_row(t, r, rows, per_unit);
+        if i < queries {
+            store_row(&acc, r * d, scale, dq, base + i, d);
         }
     }
 }
 
 /// `∂k` and `∂v` of every key row, from the saved `lse` and the queries' `delta`. One
-/// cube of `tile` units per tile of `tile` keys, over shared tiles of the queries that
-/// see them.
+/// cube of `tile / per_unit` units per tile of `tile` keys, over shared tiles of the
+/// queries that see them.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn key_grads(
@@ -263,30 +356,24 @@ pub(crate) fn key_grads(
     #[comptime] d: usize,
     #[comptime] dv: usize,
     #[comptime] tile: usize,
+    #[comptime] per_unit: usize,
 ) {
-    let (seq, t, j) = tile_of(keys, tile);
+    let (seq, t) = tile_of(keys, tile);
     if seq * keys >= k.len() / d {
         terminate!();
     }
-    let active = j < keys;
-    let key = seq * keys + j;
-    let mut kj = Array::<f32>::new(d);
-    let mut dk_acc = Array::<f32>::new(d);
-    let mut vj = Array::<f32>::new(dv);
-    let mut dv_acc = Array::<f32>::new(dv);
-    for x in 0..d {
-        dk_acc[x] = 0.0;
-    }
-    for x in 0..dv {
-        dv_acc[x] = 0.0;
-    }
-    if active {
-        for x in 0..d {
-            kj[x] = k[key * d + x] * scale;
-        }
-        for x in 0..dv {
-            vj[x] = v[key * dv + x];
-        }
+    let base = seq * keys;
+    let mut kj = Array::<f32>::new(comptime!(per_unit * d));
+    let mut vj = Array::<f32>::new(comptime!(per_unit * dv));
+    let mut dk_acc = Array::<f32>::new(comptime!(per_unit * d));
+    let mut dv_acc = Array::<f32>::new(comptime!(per_unit * dv));
+    #[unroll]
+    for r in 0..per_unit {
+        let j = own_row(t, r, tile, per_unit);
+        load_row(k, base + j, j < keys, scale, &mut kj, r * d, d);
+        load_row(v, base + j, j < keys, 1.0f32, &mut vj, r * dv, dv);
+        fill(&mut dk_acc, r * d, d);
+        fill(&mut dv_acc, r * dv, dv);
     }
     // Query i sees key j when start + i ≥ j: the cube's first key is seen from query
     // `first_key − start` on.
@@ -308,160 +395,30 @@ pub(crate) fn key_grads(
         load_tile(lse, &mut ls, first, end, tile, 1usize);
         load_tile(delta, &mut ds, first, end, tile, 1usize);
         sync_cube();
-        for r in 0..tile {
-            let i = qt * tile + r;
-            if active && i < queries && start + i >= j {
-                let mut s = 0.0f32;
-                for x in 0..d {
-                    s += qs[r * d + x] * kj[x];
-                }
-                let p = (s - ls[r]).exp();
-                let mut dp = 0.0f32;
-                for x in 0..dv {
-                    let g = gs[r * dv + x];
-                    dv_acc[x] += p * g;
-                    dp += g * vj[x];
-                }
-                let dsr = p * (dp - ds[r]);
-                for x in 0..d {
-                    dk_acc[x] += dsr * qs[r * d + x];
+        for i_tile in 0..tile {
+            let i = qt * tile + i_tile;
+            let qi = shared_row(&qs, i_tile, d);
+            let gi = shared_row(&gs, i_tile, dv);
+            #[unroll]
+            for r in 0..per_unit {
+                let j = own_row(t, r, tile, per_unit);
+                if j < keys && i < queries && start + i >= j {
+                    let p = (dot(&kj, r * d, &qi, d) - ls[i_tile]).exp();
+                    let dp = dot(&vj, r * dv, &gi, dv);
+                    blend(&mut dv_acc, r * dv, 1.0f32, p, &gi, dv);
+                    blend(&mut dk_acc, r * d, 1.0f32, p * (dp - ds[i_tile]), &qi, d);
                 }
             }
         }
         sync_cube();
         qt += 1;
     }
-    if active {
-        for x in 0..d {
-            dk[key * d + x] = dk_acc[x] * scale;
-        }
-        for x in 0..dv {
-            dv_out[key * dv + x] = dv_acc[x];
-        }
-    }
-}
-
-/// The sizes of a call: `q [b, h, queries, d]`, `v [b, h, keys, dv]`.
-struct RowSizes {
-    sequences: usize,
-    queries: usize,
-    keys: usize,
-    d: usize,
-    dv: usize,
-    scale: f32,
-    /// Rows of the query tiles and of the shared tiles ([`tiles`]).
-    rows: usize,
-    tile: usize,
-}
-
-impl RowSizes {
-    fn of(q: &CubeTensor, v: &CubeTensor) -> Self {
-        let ([b, h, queries, d], [.., keys, dv]) = (q.shape().dims::<4>(), v.shape().dims::<4>());
-        let shared = q.client.properties().hardware.max_shared_memory_size;
-        let (rows, tile) = tiles(shared, units(q) as usize, [d, dv], queries)
-            .expect("the attention's tiles fit (checked by `fits`)");
-        Self {
-            sequences: b * h,
-            queries,
-            keys,
-            d,
-            dv,
-            scale: 1.0 / (d as f32).sqrt(),
-            rows,
-            tile,
+    #[unroll]
+    for r in 0..per_unit {
+        let j = own_row(t, r, tile, per_unit);
+        if j < keys {
+            store_row(&dk_acc, r * d, scale, dk, base + j, d);
+            store_row(&dv_acc, r * dv, 1.0f32, dv_out, base + j, dv);
         }
     }
-
-    /// A cube of `rows` units per tile of `rows` of the `total` rows of every sequence.
-    fn grid(&self, like: &CubeTensor, total: usize, rows: usize) -> (CubeCount, CubeDim) {
-        let count = cubes(like, self.sequences * total.div_ceil(rows));
-        (count, CubeDim::new_1d(rows as u32))
-    }
-}
-
-/// `[q, k, v]` → `o [b, h, Tq, dv]` and the log-sum-exp of every query's scores.
-pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, CubeTensor) {
-    let [q, k, v] = inputs.map(into_contiguous);
-    let n = RowSizes::of(&q, &v);
-    let mut o_dims = q.shape().dims::<4>();
-    o_dims[3] = n.dv;
-    let (o, lse) = (empty(&q, o_dims), empty(&q, [n.sequences * n.queries]));
-    let (count, dim) = n.grid(&q, n.queries, n.rows);
-    forward_kernel::launch(
-        &q.client.clone(),
-        count,
-        dim,
-        q.into_tensor_arg(),
-        k.into_tensor_arg(),
-        v.into_tensor_arg(),
-        o.clone().into_tensor_arg(),
-        lse.clone().into_tensor_arg(),
-        n.queries,
-        n.keys,
-        start,
-        n.scale,
-        n.d,
-        n.dv,
-        n.rows,
-        n.tile,
-    );
-    (o, lse)
-}
-
-/// Saved `[q, k, v, o, lse]` and `∂o` → `[∂q, ∂k, ∂v]`.
-pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -> [CubeTensor; 3] {
-    let [q, k, v, o, lse] = saved.map(into_contiguous);
-    let grad = into_contiguous(grad);
-    let n = RowSizes::of(&q, &v);
-    let (dq, dk, dv) = (
-        empty(&q, q.shape().dims::<4>()),
-        empty(&q, k.shape().dims::<4>()),
-        empty(&q, v.shape().dims::<4>()),
-    );
-    let delta = empty(&q, [n.sequences * n.queries]);
-    let client = q.client.clone();
-    let (count, dim) = n.grid(&q, n.queries, n.rows);
-    query_grads::launch(
-        &client,
-        count,
-        dim,
-        q.clone().into_tensor_arg(),
-        k.clone().into_tensor_arg(),
-        v.clone().into_tensor_arg(),
-        o.into_tensor_arg(),
-        lse.clone().into_tensor_arg(),
-        grad.clone().into_tensor_arg(),
-        dq.clone().into_tensor_arg(),
-        delta.clone().into_tensor_arg(),
-        n.queries,
-        n.keys,
-        start,
-        n.scale,
-        n.d,
-        n.dv,
-        n.rows,
-        n.tile,
-    );
-    let (count, dim) = n.grid(&q, n.keys, n.tile);
-    key_grads::launch(
-        &client,
-        count,
-        dim,
-        q.into_tensor_arg(),
-        k.into_tensor_arg(),
-        v.into_tensor_arg(),
-        lse.into_tensor_arg(),
-        delta.into_tensor_arg(),
-        grad.into_tensor_arg(),
-        dk.clone().into_tensor_arg(),
-        dv.clone().into_tensor_arg(),
-        n.queries,
-        n.keys,
-        start,
-        n.scale,
-        n.d,
-        n.dv,
-        n.tile,
-    );
-    [dq, dk, dv]
 }

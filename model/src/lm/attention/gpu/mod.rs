@@ -6,6 +6,7 @@
 //! backward pass is the backward kernel.
 
 pub(crate) mod kernel;
+mod launch;
 mod plan;
 
 pub(crate) use plan::Plan;
@@ -20,8 +21,8 @@ use burn_cubecl::CubeBackend;
 
 use crate::backend::autodiff::record;
 
-/// Kernel launches on a CubeCL backend (shapes are [`kernel::forward`]'s and
-/// [`kernel::backward`]'s; every tensor is f32).
+/// Kernel launches on a CubeCL backend (shapes are [`launch::forward`]'s and
+/// [`launch::backward`]'s; every tensor is f32).
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait AttentionGpuKernels: Backend {
     /// Causal attention of queries from position `start`: `o` and every query's
@@ -83,7 +84,7 @@ impl AttentionGpuKernels for CubeBackend {
         v: FloatTensor<Self>,
         start: usize,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        kernel::forward([q, k, v], start)
+        launch::forward([q, k, v], start)
     }
 
     fn attention_backward(
@@ -95,7 +96,7 @@ impl AttentionGpuKernels for CubeBackend {
         grad: FloatTensor<Self>,
         start: usize,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let [dq, dk, dv] = kernel::backward([q, k, v, o, lse], grad, start);
+        let [dq, dk, dv] = launch::backward([q, k, v, o, lse], grad, start);
         (dq, dk, dv)
     }
 }

@@ -1,0 +1,154 @@
+//! The attention kernels' launches ([`super::kernel`]): their sizes, grids and arguments.
+
+use burn::backend::TensorMetadata;
+use burn_cubecl::cubecl;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use super::kernel::{forward_kernel, key_grads, query_grads};
+use super::plan::{CPU_UNIT, GPU_UNIT, rows_per_unit, tiles};
+use crate::backend::gpu::{cubes, empty, on_cpu, units};
+
+/// The sizes of a call: `q [b, h, queries, d]`, `v [b, h, keys, dv]`.
+struct RowSizes {
+    sequences: usize,
+    queries: usize,
+    keys: usize,
+    d: usize,
+    dv: usize,
+    scale: f32,
+    /// Rows of the query tiles and of the shared tiles ([`tiles`]).
+    rows: usize,
+    tile: usize,
+    /// The rows a unit owns in the forward, query and key kernels ([`rows_per_unit`]).
+    per_unit: [usize; 3],
+}
+
+impl RowSizes {
+    fn of(q: &CubeTensor, v: &CubeTensor) -> Self {
+        let ([b, h, queries, d], [.., keys, dv]) = (q.shape().dims::<4>(), v.shape().dims::<4>());
+        let shared = q.client.properties().hardware.max_shared_memory_size;
+        let (rows, tile) = tiles(shared, units(q) as usize, [d, dv], queries)
+            .expect("the attention's tiles fit (checked by `fits`)");
+        let budget = if on_cpu(q) { &CPU_UNIT } else { &GPU_UNIT };
+        Self {
+            sequences: b * h,
+            queries,
+            keys,
+            d,
+            dv,
+            scale: 1.0 / (d as f32).sqrt(),
+            rows,
+            tile,
+            per_unit: [
+                rows_per_unit(rows, d + dv, budget),
+                rows_per_unit(rows, 2 * d + dv, budget),
+                rows_per_unit(tile, 2 * (d + dv), budget),
+            ],
+        }
+    }
+
+    /// A cube of `rows / per_unit` units per tile of `rows` of the `total` rows of every
+    /// sequence.
+    fn grid(
+        &self,
+        like: &CubeTensor,
+        total: usize,
+        rows: usize,
+        per_unit: usize,
+    ) -> (CubeCount, CubeDim) {
+        let count = cubes(like, self.sequences * total.div_ceil(rows));
+        (count, CubeDim::new_1d((rows / per_unit) as u32))
+    }
+}
+
+/// `[q, k, v]` → `o [b, h, Tq, dv]` and the log-sum-exp of every query's scores.
+pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, CubeTensor) {
+    let [q, k, v] = inputs.map(into_contiguous);
+    let n = RowSizes::of(&q, &v);
+    let mut o_dims = q.shape().dims::<4>();
+    o_dims[3] = n.dv;
+    let (o, lse) = (empty(&q, o_dims), empty(&q, [n.sequences * n.queries]));
+    let (count, dim) = n.grid(&q, n.queries, n.rows, n.per_unit[0]);
+    forward_kernel::launch(
+        &q.client.clone(),
+        count,
+        dim,
+        q.into_tensor_arg(),
+        k.into_tensor_arg(),
+        v.into_tensor_arg(),
+        o.clone().into_tensor_arg(),
+        lse.clone().into_tensor_arg(),
+        n.queries,
+        n.keys,
+        start,
+        n.scale,
+        n.d,
+        n.dv,
+        n.rows,
+        n.tile,
+        n.per_unit[0],
+    );
+    (o, lse)
+}
+
+/// Saved `[q, k, v, o, lse]` and `∂o` → `[∂q, ∂k, ∂v]`.
+pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -> [CubeTensor; 3] {
+    let [q, k, v, o, lse] = saved.map(into_contiguous);
+    let grad = into_contiguous(grad);
+    let n = RowSizes::of(&q, &v);
+    let (dq, dk, dv) = (
+        empty(&q, q.shape().dims::<4>()),
+        empty(&q, k.shape().dims::<4>()),
+        empty(&q, v.shape().dims::<4>()),
+    );
+    let delta = empty(&q, [n.sequences * n.queries]);
+    let client = q.client.clone();
+    let (count, dim) = n.grid(&q, n.queries, n.rows, n.per_unit[1]);
+    query_grads::launch(
+        &client,
+        count,
+        dim,
+        q.clone().into_tensor_arg(),
+        k.clone().into_tensor_arg(),
+        v.clone().into_tensor_arg(),
+        o.into_tensor_arg(),
+        lse.clone().into_tensor_arg(),
+        grad.clone().into_tensor_arg(),
+        dq.clone().into_tensor_arg(),
+        delta.clone().into_tensor_arg(),
+        n.queries,
+        n.keys,
+        start,
+        n.scale,
+        n.d,
+        n.dv,
+        n.rows,
+        n.tile,
+        n.per_unit[1],
+    );
+    let (count, dim) = n.grid(&q, n.keys, n.tile, n.per_unit[2]);
+    key_grads::launch(
+        &client,
+        count,
+        dim,
+        q.into_tensor_arg(),
+        k.into_tensor_arg(),
+        v.into_tensor_arg(),
+        lse.into_tensor_arg(),
+        delta.into_tensor_arg(),
+        grad.into_tensor_arg(),
+        dk.clone().into_tensor_arg(),
+        dv.clone().into_tensor_arg(),
+        n.queries,
+        n.keys,
+        start,
+        n.scale,
+        n.d,
+        n.dv,
+        n.tile,
+        n.per_unit[2],
+    );
+    [dq, dk, dv]
+}
