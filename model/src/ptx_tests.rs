@@ -19,7 +19,8 @@ use cubecl::{Compiler, CubeKernel};
 use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
-use crate::hla::chunks::fused::kernel::{GatesCompilationArg, Walk, output_kernel, pass_kernel};
+use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel};
+use crate::hla::chunks::fused::pass_kernel::{Walk, pass_kernel};
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
 use crate::hla::node::fused::kernel::{Sums, grads_kernel};
@@ -281,6 +282,7 @@ fn the_nodes_kernels_compile_to_ptx() {
         true,
         true,
         true,
+        1,
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
     // A state's pass over the chunks, forward (the updates `Kᵀ diag(e^p) U` inside) and
@@ -325,6 +327,7 @@ fn the_nodes_kernels_compile_to_ptx() {
         C,
         D,
         true,
+        1,
     );
     assert_module("moments_kernel", &ptx(moments, 90), &shared);
     // The moment products: alone, and adding ∂Q's terms so far, a term of ∂A, (tied) ∂U
@@ -361,6 +364,7 @@ fn the_nodes_kernels_compile_to_ptx() {
             D,
             true,
             sums,
+            1,
         );
         assert_module("grads_kernel", &ptx(grads, 90), &shared);
     }

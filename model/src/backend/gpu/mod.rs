@@ -1,6 +1,9 @@
 //! What every GPU kernel's launch needs from a CubeCL device: how many units a cube may
-//! have, grids of any size, whether a call's buffers fit the device, and uninitialised
+//! have and how many rows a unit may own ([`rows`] holds the cube functions of such
+//! units), grids of any size, whether a call's buffers fit the device, and uninitialised
 //! contiguous buffers.
+
+pub(crate) mod rows;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -31,6 +34,45 @@ fn cube_units(properties: &DeviceProperties) -> u32 {
 /// reports as no physical card: kernels that give a unit several rows give it more there.
 pub(crate) fn on_cpu(like: &CubeTensor) -> bool {
     like.client.properties().identity.physical.is_none()
+}
+
+/// The rows a unit may own and the f32 values its rows (query, output and accumulators)
+/// may hold.
+pub(crate) struct UnitBudget {
+    rows: usize,
+    floats: usize,
+}
+
+/// On a GPU a unit has at most 255 32-bit registers (NVIDIA's limit): its rows take up to
+/// half of them (two rows of the attention's forward pass at width 32, one at width 64).
+const GPU_UNIT: UnitBudget = UnitBudget {
+    rows: 4,
+    floats: 128,
+};
+
+/// On a CPU device (lavapipe) a unit's values live in the CPU's caches, and each value read
+/// from shared memory is a memory access that serves every row the unit owns. Measured on
+/// lavapipe (2026-12-06, the attention's kernels at B1 H4 T2048 d32): 4, 8, 16 and 32 rows
+/// a unit took the forward kernel 889, 495, 331 and 384 ms, the key kernel 904, 625, 473
+/// and 579 ms.
+const CPU_UNIT: UnitBudget = UnitBudget {
+    rows: 16,
+    floats: 2048,
+};
+
+/// The rows a unit owns in a tile of `rows` rows when each row takes `floats` values: the
+/// most within `budget` that divides the tile (a power of two), and at least one.
+pub(crate) fn rows_per_unit(rows: usize, floats: usize, budget: &UnitBudget) -> usize {
+    let mut per_unit = budget.rows.min(rows);
+    while per_unit > 1 && (per_unit * floats > budget.floats || !rows.is_multiple_of(per_unit)) {
+        per_unit /= 2;
+    }
+    per_unit
+}
+
+/// The budget of a unit's rows on `like`'s device.
+pub(crate) fn unit_budget(like: &CubeTensor) -> &'static UnitBudget {
+    if on_cpu(like) { &CPU_UNIT } else { &GPU_UNIT }
 }
 
 /// `cubes` cubes on `like`'s device, spread over the grid's axes where one
@@ -177,6 +219,21 @@ pub(crate) fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> Cube
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a GPU, two rows a unit of 64 values, one of 96 or more; on a CPU device sixteen,
+    /// fewer past 128 values; never more than the tile's rows (one decoding query), and a
+    /// divisor of them.
+    #[test]
+    fn units_own_the_rows_their_registers_hold() {
+        let widths = [64, 96, 128, 256, 512];
+        let gpu = widths.map(|floats| rows_per_unit(64, floats, &GPU_UNIT));
+        assert_eq!(gpu, [2, 1, 1, 1, 1]);
+        let cpu = widths.map(|floats| rows_per_unit(64, floats, &CPU_UNIT));
+        assert_eq!(cpu, [16, 16, 16, 8, 4]);
+        assert_eq!(rows_per_unit(2, 14, &CPU_UNIT), 2);
+        assert_eq!(rows_per_unit(24, 14, &CPU_UNIT), 8);
+        assert_eq!(rows_per_unit(1, 14, &GPU_UNIT), 1);
+    }
 
     /// A binding limit of 4 GiB − 1 byte, as many Vulkan devices report.
     const VULKAN: Limits = Limits {

@@ -1,11 +1,14 @@
-//! The chunk output kernel of [`super`] and a state's pass over the chunks
-//! ([`super::pass`]), and the cube functions the fused kernels of every order share: one
-//! cube per chunk of every sequence and head, one unit per token.
+//! The chunk output kernel of [`super`], and the cube functions the fused kernels of every
+//! order share: one cube per chunk of every sequence and head, one unit per `per_unit`
+//! tokens (their rows in registers, [`crate::backend::gpu::rows`]).
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use crate::hla::gpu::blocks::{gate_row, state_at};
+use crate::backend::gpu::rows::{
+    blend, dot, fill, load_row, own_row, scale, shared_row, shared_strided, store_row,
+};
+use crate::hla::gpu::blocks::gate_row;
 
 /// Floats of the shared buffer a cube holds beside its `[c, d]` matrix: room for the
 /// largest of `[d, d]`, `[c, d]`, `[c, dv]` and `[d, dv]`.
@@ -52,51 +55,59 @@ pub(crate) struct Gates {
 
 /// Where chunk `block`'s gates start in `b`.
 #[cube]
-fn gate_start(block: usize, gates: &Gates, c: usize) -> usize {
+pub(crate) fn gate_start(block: usize, gates: &Gates, c: usize) -> usize {
     let chunks = gates.chunks;
     (gate_row(block / chunks, gates.heads, gates.gb, gates.gh) * chunks + block % chunks) * c
 }
 
-/// The token a unit owns: `τ`, its row in the `[blocks · c, ·]` tensors, where its
-/// chunk's gates start in `b` and `b_τ`.
-#[derive(CubeType, Clone, Copy)]
-pub(crate) struct Token {
-    pub(crate) tau: usize,
-    pub(crate) row: usize,
-    pub(crate) gate: usize,
-    pub(crate) b_tau: f32,
-}
-
-/// This unit's token of chunk `block` (one unit per token).
+/// `b_τ` of this unit's `per_unit` tokens of a chunk of `c` ([`own_row`]) whose gates
+/// start at `gate`.
 #[cube]
-pub(crate) fn token(
+pub(crate) fn own_decays(
     b: &Tensor<f32>,
-    block: usize,
-    gates: &Gates,
+    gate: usize,
     #[comptime] c: usize,
+    #[comptime] per_unit: usize,
     #[comptime] decayed: bool,
-) -> Token {
-    let tau = UNIT_POS as usize;
-    let gate = gate_start(block, gates, c);
-    Token {
-        tau,
-        row: block * c + tau,
-        gate,
-        b_tau: log_decay(b, gate, tau, decayed),
+) -> Array<f32> {
+    let mut b_tau = Array::<f32>::new(per_unit);
+    #[unroll]
+    for t in 0..per_unit {
+        b_tau[t] = log_decay(b, gate, own_row(t, c, per_unit), decayed);
     }
+    b_tau
 }
 
-/// `out[..n] = x[row · n..(row + 1) · n]`, a row into registers.
+/// This unit's `per_unit` rows (tokens [`own_row`]) of chunk `block` of `x [blocks · c,
+/// width]`, in registers.
 #[cube]
-pub(crate) fn load_row(x: &Tensor<f32>, row: usize, out: &mut Array<f32>, #[comptime] n: usize) {
-    for i in 0..n {
-        out[i] = x[row * n + i];
+pub(crate) fn own_rows(
+    x: &Tensor<f32>,
+    block: usize,
+    #[comptime] c: usize,
+    #[comptime] width: usize,
+    #[comptime] per_unit: usize,
+) -> Array<f32> {
+    let mut rows = Array::<f32>::new(comptime!(per_unit * width));
+    #[unroll]
+    for t in 0..per_unit {
+        let tau = own_row(t, c, per_unit);
+        load_row(
+            x,
+            block * c + tau,
+            true,
+            1.0f32,
+            &mut rows,
+            t * width,
+            width,
+        );
     }
+    rows
 }
 
 /// `M = D^p ⊙ (Q Rᵀ)` (written when `scores`) and `Y = diag(a^p) Q X + M V` of every
 /// chunk with `p = power` (`X` read from its transpose when `transposed`), one cube per
-/// block and one unit per token `τ`.
+/// block and one unit per `per_unit` tokens `τ`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn output_kernel(
@@ -115,6 +126,7 @@ pub(crate) fn output_kernel(
     #[comptime] decayed: bool,
     #[comptime] scores: bool,
     #[comptime] transposed: bool,
+    #[comptime] per_unit: usize,
 ) {
     let block = CUBE_POS;
     // A grid spread over its axes may hold a few more cubes than blocks.
@@ -123,281 +135,62 @@ pub(crate) fn output_kernel(
     }
     let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
     let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, dv)));
-    let Token {
-        tau,
-        row,
-        gate,
-        b_tau,
-    } = token(b, block, gates, c, decayed);
-    let mut qt = Array::<f32>::new(d);
-    load_row(q, row, &mut qt, d);
-    // diag(a^p) Q X: row τ is a^p_τ q_τᵀ X (X stored [dv, d] when transposed).
+    let gate = gate_start(block, gates, c);
+    let b_tau = own_decays(b, gate, c, per_unit, decayed);
+    let qt = own_rows(q, block, c, d, per_unit);
+    // diag(a^p) Q X: row τ is a^p_τ q_τᵀ X = a^p_τ Σ_i q_τi x_i (X stored [dv, d] when
+    // transposed).
     copy_in(x, &mut buf, block * d * dv, d * dv);
-    let mut acc = Array::<f32>::new(dv);
-    let a_p = (power * b_tau).exp();
-    for j in 0..dv {
-        let mut sum = 0.0f32;
-        for i in 0..d {
-            let mut at = i * dv + j;
-            if transposed {
-                at = j * d + i;
-            }
-            sum += qt[i] * buf[at];
+    let mut acc = Array::<f32>::new(comptime!(per_unit * dv));
+    #[unroll]
+    for t in 0..per_unit {
+        fill(&mut acc, t * dv, dv);
+    }
+    for i in 0..d {
+        let mut at = i * dv;
+        if transposed {
+            at = i;
         }
-        acc[j] = a_p * sum;
+        let x_i = shared_strided(&buf, at, comptime!(if transposed { d } else { 1 }), dv);
+        #[unroll]
+        for t in 0..per_unit {
+            blend(&mut acc, t * dv, 1.0f32, qt[t * d + i], &x_i, dv);
+        }
+    }
+    #[unroll]
+    for t in 0..per_unit {
+        scale(&mut acc, t * dv, (power * b_tau[t]).exp(), dv);
     }
     sync_cube();
-    // M's row τ and M V.
+    // M's rows τ and M V.
     copy_in(r, &mut rows, block * c * d, c * d);
     copy_in(v, &mut buf, block * c * dv, c * dv);
     for sigma in 0..c {
-        let mut score = 0.0f32;
-        if sigma <= tau {
-            let mut dot = 0.0f32;
-            for i in 0..d {
-                dot += qt[i] * rows[sigma * d + i];
+        let r_sigma = shared_row(&rows, sigma, d);
+        let v_sigma = shared_row(&buf, sigma, dv);
+        let b_sigma = log_decay(b, gate, sigma, decayed);
+        #[unroll]
+        for t in 0..per_unit {
+            let tau = own_row(t, c, per_unit);
+            let mut score = 0.0f32;
+            if sigma <= tau {
+                score = (power * (b_tau[t] - b_sigma)).exp() * dot(&qt, t * d, &r_sigma, d);
+                blend(&mut acc, t * dv, 1.0f32, score, &v_sigma, dv);
             }
-            score = (power * (b_tau - log_decay(b, gate, sigma, decayed))).exp() * dot;
-            for j in 0..dv {
-                acc[j] += score * buf[sigma * dv + j];
+            if scores {
+                m[(block * c + tau) * c + sigma] = score;
             }
         }
-        if scores {
-            m[row * c + sigma] = score;
-        }
     }
-    for j in 0..dv {
-        y[row * dv + j] = acc[j];
-    }
-}
-
-/// How a pass runs (compile-time): with the decay, `back` from the last chunk with `f = a`
-/// (else forward with `f = e`), and from zeros (its start state unread).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub(crate) struct Walk {
-    pub(crate) decayed: bool,
-    pub(crate) back: bool,
-    pub(crate) zero_start: bool,
-}
-
-/// The side of the block of state values a unit of the pass holds in registers: each
-/// key and value it reads from shared memory serves `TILE` multiply-adds, where one value
-/// per unit would load two for each.
-pub(crate) const TILE: usize = 4;
-
-/// [`super::pass::ChunkPass::chunk_pass`], one cube per `tiles`-th of a sequence's `rows ·
-/// cols` state values and one unit per `TILE × TILE` block of them.
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn pass_kernel(
-    start: &Tensor<f32>,
-    k: &Tensor<f32>,
-    u: &Tensor<f32>,
-    b: &Tensor<f32>,
-    states: &mut Tensor<f32>,
-    end: &mut Tensor<f32>,
-    gates: &Gates,
-    power: f32,
-    tiles: usize,
-    #[comptime] c: usize,
-    #[comptime] rows: usize,
-    #[comptime] cols: usize,
-    #[comptime] walk: Walk,
-) {
-    let seq = CUBE_POS / tiles;
-    // A grid spread over its axes may hold a few more cubes than tiles.
-    if seq * rows * cols >= end.len() {
-        terminate!();
-    }
-    let across = comptime!(cols.div_ceil(TILE));
-    let unit = (CUBE_POS % tiles) * CUBE_DIM as usize + UNIT_POS as usize;
-    let active = unit < comptime!(rows.div_ceil(TILE) * across);
-    let block = Block::new(unit / across * TILE, unit % across * TILE, rows, cols);
-    let mut ks = Shared::<[f32]>::new_slice(comptime!(c * rows));
-    let mut us = Shared::<[f32]>::new_slice(comptime!(c * cols));
-    let heads = gates.heads;
-    let chunks = gates.chunks;
-    let mut x = Array::<f32>::new(comptime!(TILE * TILE));
     #[unroll]
-    for e in 0..TILE * TILE {
-        x[e] = 0.0;
-    }
-    // An idle unit's block lies past the state's last row: it reads nothing.
-    if !walk.zero_start {
-        read_block(start, seq, heads, &block, &mut x, rows, cols);
-    }
-    let gate = gate_row(seq, heads, gates.gb, gates.gh) * chunks;
-    for step in 0..chunks {
-        let mut m = step;
-        if walk.back {
-            m = chunks - 1 - step;
-        }
-        let chunk = seq * chunks + m;
-        copy_in(k, &mut ks, chunk * c * rows, c * rows);
-        copy_in(u, &mut us, chunk * c * cols, c * cols);
-        let at = (gate + m) * c;
-        let mut rho = 1.0f32;
-        if walk.decayed {
-            let b_last = b[at + c - 1];
-            rho = (power * b_last).exp();
-            scale_rows(b, at, b_last, power, &mut ks, c, rows, walk.back);
-        }
-        if active {
-            write_block(states, chunk * rows * cols, &block, &x, rows, cols);
-            let delta = block_product(&ks, &us, &block, c, rows, cols);
-            #[unroll]
-            for e in 0..TILE * TILE {
-                x[e] = rho * x[e] + delta[e];
-            }
-        }
-        // The next chunk's copies overwrite what this one read.
-        sync_cube();
-    }
-    if active {
-        write_block(end, seq * rows * cols, &block, &x, rows, cols);
-    }
-}
-
-/// A unit's block of state values: its first row and column, and the rows and columns it
-/// reads (clamped into the state, so a ragged edge reads inside the chunk; the values
-/// past the edge are never written).
-#[derive(CubeType)]
-struct Block {
-    i0: usize,
-    j0: usize,
-    i: Array<usize>,
-    j: Array<usize>,
-}
-
-#[cube]
-impl Block {
-    fn new(i0: usize, j0: usize, #[comptime] rows: usize, #[comptime] cols: usize) -> Block {
-        let mut i = Array::<usize>::new(TILE);
-        let mut j = Array::<usize>::new(TILE);
-        #[unroll]
-        for a in 0..TILE {
-            i[a] = clamp_below(i0 + a, rows);
-            j[a] = clamp_below(j0 + a, cols);
-        }
-        Block { i0, j0, i, j }
-    }
-}
-
-/// `x` if below `n`, else `n − 1`.
-#[cube]
-fn clamp_below(x: usize, #[comptime] n: usize) -> usize {
-    let mut y = x;
-    if y >= n {
-        y = n - 1;
-    }
-    y
-}
-
-/// `Kᵀ U` over the block's values of the chunk in `ks [c, rows]`, `us [c, cols]`.
-#[cube]
-fn block_product(
-    ks: &Shared<[f32]>,
-    us: &Shared<[f32]>,
-    block: &Block,
-    #[comptime] c: usize,
-    #[comptime] rows: usize,
-    #[comptime] cols: usize,
-) -> Array<f32> {
-    let mut delta = Array::<f32>::new(comptime!(TILE * TILE));
-    #[unroll]
-    for e in 0..TILE * TILE {
-        delta[e] = 0.0;
-    }
-    let mut kr = Array::<f32>::new(TILE);
-    let mut ur = Array::<f32>::new(TILE);
-    for t in 0..c {
-        #[unroll]
-        for a in 0..TILE {
-            kr[a] = ks[t * rows + block.i[a]];
-            ur[a] = us[t * cols + block.j[a]];
-        }
-        #[unroll]
-        for a in 0..TILE {
-            #[unroll]
-            for e in 0..TILE {
-                delta[a * TILE + e] += kr[a] * ur[e];
-            }
-        }
-    }
-    delta
-}
-
-/// Rows `τ` of the chunk's `ks [c, rows]` scaled by `f^p_τ` (`f = a` when `back`, else
-/// `e`), the units taking every `CUBE_DIM`-th row, then a barrier.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn scale_rows(
-    b: &Tensor<f32>,
-    at: usize,
-    b_last: f32,
-    power: f32,
-    ks: &mut Shared<[f32]>,
-    #[comptime] c: usize,
-    #[comptime] rows: usize,
-    #[comptime] back: bool,
-) {
-    let mut tau = UNIT_POS as usize;
-    while tau < c {
-        let b_tau = b[at + tau];
-        let mut f = (power * (b_last - b_tau)).exp();
-        if back {
-            f = (power * b_tau).exp();
-        }
-        for r in 0..rows {
-            ks[tau * rows + r] *= f;
-        }
-        tau += CUBE_DIM as usize;
-    }
-    sync_cube();
-}
-
-/// The block's values of sequence-and-head `seq`'s state in `state [b, h, rows, cols]`
-/// (any strides) into `x`.
-#[cube]
-fn read_block(
-    state: &Tensor<f32>,
-    seq: usize,
-    heads: usize,
-    block: &Block,
-    x: &mut Array<f32>,
-    #[comptime] rows: usize,
-    #[comptime] cols: usize,
-) {
-    #[unroll]
-    for a in 0..TILE {
-        #[unroll]
-        for e in 0..TILE {
-            let (i, j) = (block.i0 + a, block.j0 + e);
-            if i < rows && j < cols {
-                x[a * TILE + e] = state[state_at(state, seq, heads, i, j)];
-            }
-        }
-    }
-}
-
-/// The block's values `x` into the `[rows, cols]` state at `offset` of `out`.
-#[cube]
-fn write_block(
-    out: &mut Tensor<f32>,
-    offset: usize,
-    block: &Block,
-    x: &Array<f32>,
-    #[comptime] rows: usize,
-    #[comptime] cols: usize,
-) {
-    #[unroll]
-    for a in 0..TILE {
-        #[unroll]
-        for e in 0..TILE {
-            let (i, j) = (block.i0 + a, block.j0 + e);
-            if i < rows && j < cols {
-                out[offset + i * cols + j] = x[a * TILE + e];
-            }
-        }
+    for t in 0..per_unit {
+        store_row(
+            &acc,
+            t * dv,
+            1.0f32,
+            y,
+            block * c + own_row(t, c, per_unit),
+            dv,
+        );
     }
 }

@@ -17,6 +17,7 @@
 
 pub(crate) mod kernel;
 pub(crate) mod pass;
+pub(crate) mod pass_kernel;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -29,7 +30,7 @@ use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::{cubes, empty, shared_bytes};
+use crate::backend::gpu::{cubes, empty, rows_per_unit, shared_bytes, unit_budget};
 use crate::hla::decay::Decay;
 use kernel::{GatesLaunch, output_kernel, shared_buffer};
 
@@ -115,7 +116,8 @@ impl ChunkOutput for CubeBackend {
             false => empty(&q, [1]),
         };
         let y = empty(&q, [blocks, c, dv]);
-        let (count, dim) = grid(&q, blocks, c);
+        // A unit's rows: q and the sums of Y.
+        let (count, dim, per_unit) = grid(&q, blocks, c, d + dv);
         output_kernel::launch(
             &q.client.clone(),
             count,
@@ -135,14 +137,23 @@ impl ChunkOutput for CubeBackend {
             output.layout.decayed,
             output.scores,
             output.transposed,
+            per_unit,
         );
         (m, y)
     }
 }
 
-/// A cube of `c` units per block.
-pub(crate) fn grid(like: &CubeTensor, blocks: usize, c: usize) -> (CubeCount, CubeDim) {
-    (cubes(like, blocks), CubeDim::new_1d(c as u32))
+/// A cube per block of `c` tokens, and the tokens a unit owns when each token's rows take
+/// `floats` registers ([`rows_per_unit`]): `(count, dim, per_unit)`.
+pub(crate) fn grid(
+    like: &CubeTensor,
+    blocks: usize,
+    c: usize,
+    floats: usize,
+) -> (CubeCount, CubeDim, usize) {
+    let per_unit = rows_per_unit(c, floats, unit_budget(like));
+    let dim = CubeDim::new_1d((c / per_unit) as u32);
+    (cubes(like, blocks), dim, per_unit)
 }
 
 /// The chunks' tensors `[b, h, chunks, rows, cols]` as the kernels' `[blocks, rows, cols]`.

@@ -25,8 +25,8 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::kernel::into_contiguous;
 
-pub(crate) use super::kernel::Walk;
-use super::kernel::{TILE, pass_kernel};
+pub(crate) use super::pass_kernel::Walk;
+use super::pass_kernel::{TILE, pass_kernel};
 use super::{Layout, blocks, layout, sizes};
 use crate::backend::gpu::{cubes, empty, units};
 use crate::hla::decay::Decay;

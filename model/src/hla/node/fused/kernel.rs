@@ -1,12 +1,15 @@
 //! The backward kernel of [`super`] (a moment product's gradients, with its state read's
-//! term of `∂Q`): one cube per chunk of every sequence and head, one unit per token of the
-//! chunk.
+//! term of `∂Q`): one cube per chunk of every sequence and head, one unit per `per_unit`
+//! tokens of the chunk (their rows in registers, [`crate::backend::gpu::rows`]).
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
+use crate::backend::gpu::rows::{
+    blend, dot, fill, load_row, own_row, scale, shared_row, shared_strided, store_row,
+};
 use crate::hla::chunks::fused::kernel::{
-    Gates, Token, copy_in, load_row, log_decay, shared_buffer, token,
+    Gates, copy_in, gate_start, log_decay, own_decays, own_rows, shared_buffer,
 };
 
 /// Which gradients [`grads_kernel`] adds to its inputs' (compile-time): `G A` to ∂Q's
@@ -23,11 +26,11 @@ pub(crate) struct Sums {
 }
 
 /// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
-/// token `τ`; `n` is the width of `U` and `∂Y`. With `sums.q`, `G A` is added to `dq_in`
-/// (∂Q's terms so far), with `sums.a`, `∂A` to `da_in`; with `sums.tied` (`A = U`) `da`
-/// gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the state
-/// `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when transposed)
-/// that `∂Y` read. The gradients' sums cost no kernel of their own.
+/// `per_unit` tokens `τ`; `n` is the width of `U` and `∂Y`. With `sums.q`, `G A` is added
+/// to `dq_in` (∂Q's terms so far), with `sums.a`, `∂A` to `da_in`; with `sums.tied` (`A =
+/// U`) `da` gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the
+/// state `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when
+/// transposed) that `∂Y` read. The gradients' sums cost no kernel of their own.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grads_kernel(
@@ -51,6 +54,7 @@ pub(crate) fn grads_kernel(
     #[comptime] n: usize,
     #[comptime] decayed: bool,
     #[comptime] sums: Sums,
+    #[comptime] per_unit: usize,
 ) {
     let block = CUBE_POS;
     // A grid spread over its axes may hold a few more cubes than blocks.
@@ -59,35 +63,41 @@ pub(crate) fn grads_kernel(
     }
     let mut rows = Shared::<[f32]>::new_slice(comptime!(c * d));
     let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, n)));
-    let Token {
-        tau,
-        row,
-        gate,
-        b_tau,
-    } = token(b, block, gates, c, decayed);
-    let mut a_tau = Array::<f32>::new(d);
-    let mut u_tau = Array::<f32>::new(n);
-    load_row(a, row, &mut a_tau, d);
-    load_row(u, row, &mut u_tau, n);
+    let gate = gate_start(block, gates, c);
+    let b_tau = own_decays(b, gate, c, per_unit, decayed);
+    let a_tau = own_rows(a, block, c, d, per_unit);
+    let u_tau = own_rows(u, block, c, n, per_unit);
 
-    // diag(e^p) A X and diag(e^p) U Xᵀ: rows τ are e^p_τ a_τᵀ X and e^p_τ (X u_τ)ᵀ.
+    // diag(e^p) A X and diag(e^p) U Xᵀ: rows τ are e^p_τ Σ_i a_τi x_i· and
+    // e^p_τ Σ_j u_τj x_·j.
     copy_in(x, &mut buf, block * d * n, d * n);
-    let e_p = (power * (log_decay(b, gate, c - 1, decayed) - b_tau)).exp();
-    let mut acc_u = Array::<f32>::new(n);
-    for j in 0..n {
-        let mut sum = 0.0f32;
-        for i in 0..d {
-            sum += a_tau[i] * buf[i * n + j];
-        }
-        acc_u[j] = e_p * sum;
+    let mut acc_u = Array::<f32>::new(comptime!(per_unit * n));
+    let mut acc_a = Array::<f32>::new(comptime!(per_unit * d));
+    #[unroll]
+    for r in 0..per_unit {
+        fill(&mut acc_u, r * n, n);
+        fill(&mut acc_a, r * d, d);
     }
-    let mut acc_a = Array::<f32>::new(d);
     for i in 0..d {
-        let mut sum = 0.0f32;
-        for j in 0..n {
-            sum += u_tau[j] * buf[i * n + j];
+        let x_i = shared_row(&buf, i, n);
+        #[unroll]
+        for r in 0..per_unit {
+            blend(&mut acc_u, r * n, 1.0f32, a_tau[r * d + i], &x_i, n);
         }
-        acc_a[i] = e_p * sum;
+    }
+    for j in 0..n {
+        let x_j = shared_strided(&buf, j, n, d);
+        #[unroll]
+        for r in 0..per_unit {
+            blend(&mut acc_a, r * d, 1.0f32, u_tau[r * n + j], &x_j, d);
+        }
+    }
+    let b_last = log_decay(b, gate, c - 1, decayed);
+    #[unroll]
+    for r in 0..per_unit {
+        let e_p = (power * (b_last - b_tau[r])).exp();
+        scale(&mut acc_u, r * n, e_p, n);
+        scale(&mut acc_a, r * d, e_p, d);
     }
     sync_cube();
 
@@ -95,84 +105,105 @@ pub(crate) fn grads_kernel(
     copy_in(q, &mut rows, block * c * d, c * d);
     copy_in(dy, &mut buf, block * c * n, c * n);
     for sigma in 0..c {
-        if sigma >= tau {
-            let t_st = t[(block * c + sigma) * c + tau];
-            let mut dot = 0.0f32;
-            for j in 0..n {
-                let dy_sj = buf[sigma * n + j];
-                dot += dy_sj * u_tau[j];
-                acc_u[j] += t_st * dy_sj;
+        let dy_sigma = shared_row(&buf, sigma, n);
+        let q_sigma = shared_row(&rows, sigma, d);
+        let b_sigma = log_decay(b, gate, sigma, decayed);
+        #[unroll]
+        for r in 0..per_unit {
+            let tau = own_row(r, c, per_unit);
+            if sigma >= tau {
+                let t_st = t[(block * c + sigma) * c + tau];
+                blend(&mut acc_u, r * n, 1.0f32, t_st, &dy_sigma, n);
+                let g = (power * (b_sigma - b_tau[r])).exp() * dot(&u_tau, r * n, &dy_sigma, n);
+                blend(&mut acc_a, r * d, 1.0f32, g, &q_sigma, d);
             }
-            let g = (power * (log_decay(b, gate, sigma, decayed) - b_tau)).exp() * dot;
+        }
+    }
+    #[unroll]
+    for r in 0..per_unit {
+        let row = block * c + own_row(r, c, per_unit);
+        if sums.tied {
+            // A = U: n = d, and ∂A's row gets ∂U's.
+            #[unroll]
             for i in 0..d {
-                acc_a[i] += g * rows[sigma * d + i];
+                acc_a[r * d + i] += acc_u[r * n + i];
+            }
+        } else {
+            store_row(&acc_u, r * n, 1.0f32, du, row, n);
+        }
+        if sums.a {
+            #[unroll]
+            for i in 0..d {
+                acc_a[r * d + i] += da_in[row * d + i];
             }
         }
+        store_row(&acc_a, r * d, 1.0f32, da, row, d);
     }
-    if sums.tied {
-        // A = U: n = d, and ∂A's row gets ∂U's.
-        for i in 0..d {
-            acc_a[i] += acc_u[i];
-        }
-    } else {
-        for j in 0..n {
-            du[row * n + j] = acc_u[j];
-        }
-    }
-    for i in 0..d {
-        let mut sum = acc_a[i];
-        if sums.a {
-            sum += da_in[row * d + i];
-        }
-        da[row * d + i] = sum;
-    }
-    let mut dy_tau = Array::<f32>::new(n);
-    for j in 0..n {
-        dy_tau[j] = buf[tau * n + j];
-    }
+    let dy_tau = own_rows(dy, block, c, n, per_unit);
     sync_cube();
 
-    // G A: row τ of G over the tokens σ ≤ τ.
+    // G A: rows τ of G over the tokens σ ≤ τ.
     copy_in(a, &mut rows, block * c * d, c * d);
     copy_in(u, &mut buf, block * c * n, c * n);
-    let mut acc_q = Array::<f32>::new(d);
-    for i in 0..d {
-        let mut start = 0.0f32;
+    let mut acc_q = Array::<f32>::new(comptime!(per_unit * d));
+    #[unroll]
+    for r in 0..per_unit {
+        let row = block * c + own_row(r, c, per_unit);
         if sums.q {
-            start = dq_in[row * d + i];
+            load_row(dq_in, row, true, 1.0f32, &mut acc_q, r * d, d);
+        } else {
+            fill(&mut acc_q, r * d, d);
         }
-        acc_q[i] = start;
     }
     for sigma in 0..c {
-        if sigma <= tau {
-            let mut dot = 0.0f32;
-            for j in 0..n {
-                dot += dy_tau[j] * buf[sigma * n + j];
-            }
-            let g = (power * (b_tau - log_decay(b, gate, sigma, decayed))).exp() * dot;
-            for i in 0..d {
-                acc_q[i] += g * rows[sigma * d + i];
+        let u_sigma = shared_row(&buf, sigma, n);
+        let a_sigma = shared_row(&rows, sigma, d);
+        let b_sigma = log_decay(b, gate, sigma, decayed);
+        #[unroll]
+        for r in 0..per_unit {
+            if sigma <= own_row(r, c, per_unit) {
+                let g = (power * (b_tau[r] - b_sigma)).exp() * dot(&dy_tau, r * n, &u_sigma, n);
+                blend(&mut acc_q, r * d, 1.0f32, g, &a_sigma, d);
             }
         }
     }
     if sums.read {
-        // diag(a^p) ∂Y Xᵀ: row τ is a^p_τ Σ_j ∂y_τj x_{·j} (x_{j·} when transposed).
+        // diag(a^p) ∂Y Xᵀ: row τ is a^p_τ Σ_j ∂y_τj x_·j (x_j· when transposed).
         sync_cube();
         copy_in(x_start, &mut buf, block * d * n, d * n);
-        let a_p = (power * b_tau).exp();
-        for i in 0..d {
-            let mut sum = 0.0f32;
-            for j in 0..n {
-                let mut at = i * n + j;
-                if sums.transposed {
-                    at = j * d + i;
-                }
-                sum += dy_tau[j] * buf[at];
+        let mut a_p = Array::<f32>::new(per_unit);
+        #[unroll]
+        for r in 0..per_unit {
+            a_p[r] = (power * b_tau[r]).exp();
+        }
+        for j in 0..n {
+            let mut at = j;
+            if sums.transposed {
+                at = j * d;
             }
-            acc_q[i] += a_p * sum;
+            let x_j = shared_strided(&buf, at, comptime!(if sums.transposed { 1 } else { n }), d);
+            #[unroll]
+            for r in 0..per_unit {
+                blend(
+                    &mut acc_q,
+                    r * d,
+                    1.0f32,
+                    a_p[r] * dy_tau[r * n + j],
+                    &x_j,
+                    d,
+                );
+            }
         }
     }
-    for i in 0..d {
-        dq[row * d + i] = acc_q[i];
+    #[unroll]
+    for r in 0..per_unit {
+        store_row(
+            &acc_q,
+            r * d,
+            1.0f32,
+            dq,
+            block * c + own_row(r, c, per_unit),
+            d,
+        );
     }
 }

@@ -123,7 +123,8 @@ impl MomentGrads for CubeBackend {
             false => empty(&q, [blocks, c, n]),
         };
         let (du, da, dq) = (du, empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
-        let (count, dim) = grid(&q, blocks, c);
+        // A unit's rows: a, u, dy and the sums of ∂U, ∂A and ∂Q.
+        let (count, dim, per_unit) = grid(&q, blocks, c, 3 * (d + n));
         grads_kernel::launch(
             &q.client.clone(),
             count,
@@ -148,6 +149,7 @@ impl MomentGrads for CubeBackend {
             n,
             grads.layout.decayed,
             grads.sums,
+            per_unit,
         );
         (du, da, dq)
     }

@@ -1,14 +1,18 @@
 //! The moments kernel of [`super`]: one cube per chunk of every sequence and head, one
-//! unit per token of the chunk.
+//! unit per `per_unit` tokens of the chunk (their rows in registers,
+//! [`crate::backend::gpu::rows`]).
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
+use crate::backend::gpu::rows::{
+    blend, dot, fill, own_row, scale, shared_row, shared_strided, store_row,
+};
 use crate::hla::chunks::fused::kernel::{
-    Gates, Token, copy_in, load_row, log_decay, shared_buffer, token,
+    Gates, copy_in, gate_start, log_decay, own_decays, own_rows, shared_buffer,
 };
 
-/// The moments of every chunk, one cube per block and one unit per token `τ`.
+/// The moments of every chunk, one cube per block and one unit per `per_unit` tokens `τ`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moments_kernel(
@@ -22,6 +26,7 @@ pub(crate) fn moments_kernel(
     #[comptime] c: usize,
     #[comptime] d: usize,
     #[comptime] decayed: bool,
+    #[comptime] per_unit: usize,
 ) {
     let block = CUBE_POS;
     // A grid spread over its axes may hold a few more cubes than blocks.
@@ -29,43 +34,53 @@ pub(crate) fn moments_kernel(
         terminate!();
     }
     let mut buf = Shared::<[f32]>::new_slice(comptime!(shared_buffer(c, d, d)));
-    let Token {
-        tau,
-        row,
-        gate,
-        b_tau,
-    } = token(b, block, gates, c, decayed);
-    let mut qt = Array::<f32>::new(d);
-    load_row(q, row, &mut qt, d);
-    // diag(a) Q Sᵀ: row τ is a_τ (S q_τ)ᵀ.
+    let gate = gate_start(block, gates, c);
+    let b_tau = own_decays(b, gate, c, per_unit, decayed);
+    let qt = own_rows(q, block, c, d, per_unit);
+    // diag(a) Q Sᵀ: row τ is a_τ (S q_τ)ᵀ = a_τ Σ_j q_τj s_·j.
     copy_in(s, &mut buf, block * d * d, d * d);
-    let mut acc = Array::<f32>::new(d);
-    let a_tau = b_tau.exp();
-    for i in 0..d {
-        let mut x = 0.0f32;
-        for j in 0..d {
-            x += buf[i * d + j] * qt[j];
+    let mut acc = Array::<f32>::new(comptime!(per_unit * d));
+    #[unroll]
+    for t in 0..per_unit {
+        fill(&mut acc, t * d, d);
+    }
+    for j in 0..d {
+        let s_j = shared_strided(&buf, j, d, d);
+        #[unroll]
+        for t in 0..per_unit {
+            blend(&mut acc, t * d, 1.0f32, qt[t * d + j], &s_j, d);
         }
-        acc[i] = a_tau * x;
+    }
+    #[unroll]
+    for t in 0..per_unit {
+        scale(&mut acc, t * d, b_tau[t].exp(), d);
     }
     sync_cube();
-    // W's row τ and W K.
+    // W's rows τ and W K.
     copy_in(k, &mut buf, block * c * d, c * d);
     for sigma in 0..c {
-        let mut wv = 0.0f32;
-        if sigma <= tau {
-            let mut dot = 0.0f32;
-            for x in 0..d {
-                dot += qt[x] * buf[sigma * d + x];
+        let k_sigma = shared_row(&buf, sigma, d);
+        let b_sigma = log_decay(b, gate, sigma, decayed);
+        #[unroll]
+        for t in 0..per_unit {
+            let tau = own_row(t, c, per_unit);
+            let mut wv = 0.0f32;
+            if sigma <= tau {
+                wv = (b_tau[t] - b_sigma).exp() * dot(&qt, t * d, &k_sigma, d);
+                blend(&mut acc, t * d, 1.0f32, wv, &k_sigma, d);
             }
-            wv = (b_tau - log_decay(b, gate, sigma, decayed)).exp() * dot;
-            for x in 0..d {
-                acc[x] += wv * buf[sigma * d + x];
-            }
+            w[(block * c + tau) * c + sigma] = wv;
         }
-        w[row * c + sigma] = wv;
     }
-    for x in 0..d {
-        a[row * d + x] = acc[x];
+    #[unroll]
+    for t in 0..per_unit {
+        store_row(
+            &acc,
+            t * d,
+            1.0f32,
+            a,
+            block * c + own_row(t, c, per_unit),
+            d,
+        );
     }
 }

@@ -68,7 +68,8 @@ impl Hla2Fused for CubeBackend {
         let [q, k, s, b] = [q, k, s, b].map(into_contiguous);
         let [blocks, c, d] = q.shape().dims::<3>();
         let (w, a) = (empty(&q, [blocks, c, c]), empty(&q, [blocks, c, d]));
-        let (count, dim) = grid(&q, blocks, c);
+        // A unit's rows: q and the sums of A.
+        let (count, dim, per_unit) = grid(&q, blocks, c, 2 * d);
         moments_kernel::launch(
             &q.client.clone(),
             count,
@@ -83,6 +84,7 @@ impl Hla2Fused for CubeBackend {
             c,
             d,
             layout.decayed,
+            per_unit,
         );
         (w, a)
     }

@@ -22,6 +22,8 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
+use crate::backend::gpu::rows::{blend, dot, fill, load_row, own_row, shared_row, store_row};
+
 /// The keys `0 .. n` a query sees: `through` of them, at most `keys`.
 #[cube]
 fn visible(keys: usize, through: usize) -> usize {
@@ -65,14 +67,6 @@ fn tile_of(total: usize, #[comptime] rows: usize) -> (usize, usize) {
     (cube / per_sequence, cube % per_sequence)
 }
 
-/// Row `r` of this unit's `per_unit` rows of tile `t` of `rows` rows: the cube's
-/// `rows / per_unit` units take the tile's rows in turn, so that neighbouring units read
-/// neighbouring rows.
-#[cube]
-fn own_row(t: usize, r: usize, #[comptime] rows: usize, #[comptime] per_unit: usize) -> usize {
-    t * rows + r * comptime!(rows / per_unit) + UNIT_POS as usize
-}
-
 /// The keys the queries of tile `t` of `rows` see: those of its last query.
 #[cube]
 fn tile_keys(
@@ -83,90 +77,6 @@ fn tile_keys(
     #[comptime] rows: usize,
 ) -> usize {
     visible(keys, start + visible(queries, (t + 1) * rows))
-}
-
-/// `dst[at .. at + width]`: row `row` of `src` (rows of `width`) times `scale` where
-/// `active`, else zeros.
-#[cube]
-fn load_row(
-    src: &Tensor<f32>,
-    row: usize,
-    active: bool,
-    scale: f32,
-    dst: &mut Array<f32>,
-    at: usize,
-    #[comptime] width: usize,
-) {
-    fill(dst, at, width);
-    if active {
-        #[unroll]
-        for x in 0..width {
-            dst[at + x] = src[row * width + x] * scale;
-        }
-    }
-}
-
-/// Row `row` of `dst` (rows of `width`): `src[at .. at + width]` times `scale`.
-#[cube]
-fn store_row(
-    src: &Array<f32>,
-    at: usize,
-    scale: f32,
-    dst: &mut Tensor<f32>,
-    row: usize,
-    #[comptime] width: usize,
-) {
-    #[unroll]
-    for x in 0..width {
-        dst[row * width + x] = src[at + x] * scale;
-    }
-}
-
-/// Zeros in `dst[at .. at + width]`.
-#[cube]
-fn fill(dst: &mut Array<f32>, at: usize, #[comptime] width: usize) {
-    #[unroll]
-    for x in 0..width {
-        dst[at + x] = 0.0;
-    }
-}
-
-/// Row `j` of the shared tile `src` (rows of `width`) in registers.
-#[cube]
-fn shared_row(src: &Shared<[f32]>, j: usize, #[comptime] width: usize) -> Array<f32> {
-    let mut row = Array::<f32>::new(width);
-    #[unroll]
-    for x in 0..width {
-        row[x] = src[j * width + x];
-    }
-    row
-}
-
-/// `a[at .. at + width] · b`.
-#[cube]
-fn dot(a: &Array<f32>, at: usize, b: &Array<f32>, #[comptime] width: usize) -> f32 {
-    let mut s = 0.0f32;
-    #[unroll]
-    for x in 0..width {
-        s += a[at + x] * b[x];
-    }
-    s
-}
-
-/// `a[at .. at + width] = α a[at .. at + width] + β b`.
-#[cube]
-fn blend(
-    a: &mut Array<f32>,
-    at: usize,
-    alpha: f32,
-    beta: f32,
-    b: &Array<f32>,
-    #[comptime] width: usize,
-) {
-    #[unroll]
-    for x in 0..width {
-        a[at + x] = alpha * a[at + x] + beta * b[x];
-    }
 }
 
 /// `o [rows, dv]` and `lse [rows]` of the queries `q [rows, d]` (rows = sequences ×
@@ -202,7 +112,7 @@ pub(crate) fn forward_kernel(
     let mut l = Array::<f32>::new(per_unit);
     #[unroll]
     for r in 0..per_unit {
-        let i = own_row(t, r, rows, per_unit);
+        let i = t * rows + own_row(r, rows, per_unit);
         load_row(q, base + i, i < queries, scale, &mut qi, r * d, d);
         fill(&mut acc, r * dv, dv);
         m[r] = -1.0e30f32;
@@ -222,7 +132,7 @@ pub(crate) fn forward_kernel(
             let vj = shared_row(&vs, j, dv);
             #[unroll]
             for r in 0..per_unit {
-                let i = own_row(t, r, rows, per_unit);
+                let i = t * rows + own_row(r, rows, per_unit);
                 if i < queries && key < visible(keys, start + i + 1) {
                     let s = dot(&qi, r * d, &kj, d);
                     let mut correction = 1.0f32;
@@ -240,7 +150,7 @@ pub(crate) fn forward_kernel(
     }
     #[unroll]
     for r in 0..per_unit {
-        let i = own_row(t, r, rows, per_unit);
+        let i = t * rows + own_row(r, rows, per_unit);
         if i < queries {
             store_row(&acc, r * dv, 1.0f32 / l[r], o, base + i, dv);
             lse[base + i] = m[r] + l[r].ln();
@@ -283,7 +193,7 @@ pub(crate) fn query_grads(
     let mut acc = Array::<f32>::new(comptime!(per_unit * d));
     #[unroll]
     for r in 0..per_unit {
-        let i = own_row(t, r, rows, per_unit);
+        let i = t * rows + own_row(r, rows, per_unit);
         let active = i < queries;
         load_row(q, base + i, active, scale, &mut qi, r * d, d);
         load_row(grad, base + i, active, 1.0f32, &mut g, r * dv, dv);
@@ -315,7 +225,7 @@ pub(crate) fn query_grads(
             let vj = shared_row(&vs, j, dv);
             #[unroll]
             for r in 0..per_unit {
-                let i = own_row(t, r, rows, per_unit);
+                let i = t * rows + own_row(r, rows, per_unit);
                 if i < queries && key < visible(keys, start + i + 1) {
                     let s = dot(&qi, r * d, &kj, d);
                     let dp = dot(&g, r * dv, &vj, dv);
@@ -328,7 +238,7 @@ pub(crate) fn query_grads(
     }
     #[unroll]
     for r in 0..per_unit {
-        let i = own_row(t, r, rows, per_unit);
+        let i = t * rows + own_row(r, rows, per_unit);
         if i < queries {
             store_row(&acc, r * d, scale, dq, base + i, d);
         }
@@ -369,7 +279,7 @@ pub(crate) fn key_grads(
     let mut dv_acc = Array::<f32>::new(comptime!(per_unit * dv));
     #[unroll]
     for r in 0..per_unit {
-        let j = own_row(t, r, tile, per_unit);
+        let j = t * tile + own_row(r, tile, per_unit);
         load_row(k, base + j, j < keys, scale, &mut kj, r * d, d);
         load_row(v, base + j, j < keys, 1.0f32, &mut vj, r * dv, dv);
         fill(&mut dk_acc, r * d, d);
@@ -401,7 +311,7 @@ pub(crate) fn key_grads(
             let gi = shared_row(&gs, i_tile, dv);
             #[unroll]
             for r in 0..per_unit {
-                let j = own_row(t, r, tile, per_unit);
+                let j = t * tile + own_row(r, tile, per_unit);
                 if j < keys && i < queries && start + i >= j {
                     let p = (dot(&kj, r * d, &qi, d) - ls[i_tile]).exp();
                     let dp = dot(&vj, r * dv, &gi, dv);
@@ -415,7 +325,7 @@ pub(crate) fn key_grads(
     }
     #[unroll]
     for r in 0..per_unit {
-        let j = own_row(t, r, tile, per_unit);
+        let j = t * tile + own_row(r, tile, per_unit);
         if j < keys {
             store_row(&dk_acc, r * d, scale, dk, base + j, d);
             store_row(&dv_acc, r * dv, 1.0f32, dv_out, base + j, dv);

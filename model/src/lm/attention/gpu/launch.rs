@@ -7,8 +7,8 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use super::kernel::{forward_kernel, key_grads, query_grads};
-use super::plan::{CPU_UNIT, GPU_UNIT, rows_per_unit, tiles};
-use crate::backend::gpu::{cubes, empty, on_cpu, units};
+use super::plan::tiles;
+use crate::backend::gpu::{cubes, empty, rows_per_unit, unit_budget, units};
 
 /// The sizes of a call: `q [b, h, queries, d]`, `v [b, h, keys, dv]`.
 struct RowSizes {
@@ -31,7 +31,7 @@ impl RowSizes {
         let shared = q.client.properties().hardware.max_shared_memory_size;
         let (rows, tile) = tiles(shared, units(q) as usize, [d, dv], queries)
             .expect("the attention's tiles fit (checked by `fits`)");
-        let budget = if on_cpu(q) { &CPU_UNIT } else { &GPU_UNIT };
+        let budget = unit_budget(q);
         Self {
             sequences: b * h,
             queries,

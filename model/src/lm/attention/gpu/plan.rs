@@ -74,39 +74,6 @@ pub(super) fn tiles(
     Some((tile.min(queries.next_power_of_two()), tile))
 }
 
-/// The rows a unit may own and the f32 values its rows (query, output and accumulators)
-/// may hold.
-pub(super) struct UnitBudget {
-    rows: usize,
-    floats: usize,
-}
-
-/// On a GPU a unit has at most 255 32-bit registers (NVIDIA's limit): its rows take up to
-/// half of them, two rows of a head of width 32 in the forward pass, one of width 64.
-pub(super) const GPU_UNIT: UnitBudget = UnitBudget {
-    rows: 4,
-    floats: 128,
-};
-
-/// On a CPU device (lavapipe) a unit's values live in the CPU's caches, and each value read
-/// from shared memory is a memory access that serves every row the unit owns. Measured on
-/// lavapipe (2026-12-06, B1 H4 T2048 d32): 4, 8, 16 and 32 rows a unit took the forward
-/// kernel 889, 495, 331 and 384 ms, the key kernel 904, 625, 473 and 579 ms.
-pub(super) const CPU_UNIT: UnitBudget = UnitBudget {
-    rows: 16,
-    floats: 2048,
-};
-
-/// The rows a unit owns in a tile of `rows` rows (a power of two) when each row takes
-/// `floats` values: the most within `budget` and the tile, and at least one.
-pub(super) fn rows_per_unit(rows: usize, floats: usize, budget: &UnitBudget) -> usize {
-    let mut per_unit = budget.rows.min(rows);
-    while per_unit > 1 && per_unit * floats > budget.floats {
-        per_unit /= 2;
-    }
-    per_unit
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,20 +87,6 @@ mod tests {
         assert_eq!(tile_rows(227 * 1024, 128, 128), Some(64));
         assert_eq!(tile_rows(32 * 1024, 8, 6), Some(64));
         assert_eq!(tile_rows(1024, 64, 64), None);
-    }
-
-    /// On a GPU, two rows a unit at width 32 in the forward pass, one in the backward's
-    /// and at width 64; on a CPU device sixteen, fewer as the rows widen; never more than
-    /// the tile's rows (one decoding query).
-    #[test]
-    fn units_own_the_rows_their_registers_hold() {
-        let widths = [64, 96, 128, 256, 512];
-        let gpu = widths.map(|floats| rows_per_unit(64, floats, &GPU_UNIT));
-        assert_eq!(gpu, [2, 1, 1, 1, 1]);
-        let cpu = widths.map(|floats| rows_per_unit(64, floats, &CPU_UNIT));
-        assert_eq!(cpu, [16, 16, 16, 8, 4]);
-        assert_eq!(rows_per_unit(2, 14, &CPU_UNIT), 2);
-        assert_eq!(rows_per_unit(1, 14, &GPU_UNIT), 1);
     }
 
     /// A whole causal sequence of `n` tiles: query tile `t` loads the `t + 1` key tiles up
