@@ -49,7 +49,7 @@ if [ "${1:-}" = --build ]; then
     mkdir -p .gpu/tests
     # Now: building the tests below links target/release/hla again, with their features.
     strip -o .gpu/hla "$target/release/hla"
-    # The test executable of the GPU path that needs nothing else (model/tests/wgpu.rs:
+    # The test executable of the GPU path that needs nothing else (model/tests/wgpu/:
     # train's calls the hla binary at its build path), built with wgpu alone (CI's feature
     # set, so it shares CI's build; cuda would link a second LLVM into the pack).
     tests=$(cargo test --release --workspace --features wgpu --test wgpu --no-run \

@@ -331,19 +331,21 @@ fn the_nodes_kernels_compile_to_ptx() {
     );
     assert_module("moments_kernel", &ptx(moments, 90), &shared);
     // The moment products: alone, and adding ∂Q's terms so far, a term of ∂A, (tied) ∂U
-    // into ∂A and a state's read term of ∂Q (transposed).
+    // into ∂A and a state's read term of ∂Q (transposed), with the gates' gradient.
     let all = Sums {
         q: true,
         a: true,
         tied: true,
         read: true,
         transposed: true,
+        gates: true,
     };
     for sums in [Sums::default(), all] {
         let grads = grads_kernel::GradsKernel::new(
             settings(C),
             properties(),
             target(),
+            tensor(),
             tensor(),
             tensor(),
             tensor(),

@@ -386,6 +386,35 @@ fn bench_takes_the_operators_and_lengths() {
     );
 }
 
+/// `hla bench --gates data` times the operators on data-dependent gates with their
+/// gradient (reported, and named in the tables' header); an unknown kind gets one message.
+#[test]
+fn bench_takes_data_dependent_gates() {
+    let args = [
+        "--operator-shape",
+        "1,1,8",
+        "--form",
+        "node,composed",
+        "--operator",
+        "hla2-chunked",
+        "--time",
+        "40",
+        "--gates",
+        "data",
+    ];
+    let (report, tables) = quick_bench("operators", &args);
+    assert_eq!(report["gates"], "data", "{report}");
+    let rows = report["operators"].as_array().expect("operator rows");
+    assert_eq!(rows.len(), 4, "node and composed, two passes: {report}");
+    assert!(tables.contains(", data-dependent gates)"), "{tables}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let output = hla(dir.path(), &["bench", "--gates", "learned"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not one of fixed, data"), "{stderr}");
+}
+
 /// `hla bench --only decode`: every mixer at every position, each timed over the same
 /// rounds; HLA's state bytes do not grow, softmax attention's KV cache does; only the
 /// decode section is rendered.

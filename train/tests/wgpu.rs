@@ -107,7 +107,7 @@ fn a_bad_adapter_choice_has_one_clear_message() {
 }
 
 /// `hla bench` on the wgpu device: the plain matmul section (the operators themselves are
-/// checked against ndarray in `model/tests/wgpu.rs`) gives positive GFLOP/s, and the
+/// checked against ndarray in `model/tests/wgpu/`) gives positive GFLOP/s, and the
 /// report names the device.
 #[test]
 fn bench_runs_on_wgpu() {

@@ -113,8 +113,25 @@ pub struct Shape5 {
     pub chunk: usize,
 }
 
+/// The gates of an operator problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gating {
+    /// The language model's default: the fixed multi-scale decay, which needs no gradient.
+    #[default]
+    Fixed,
+    /// Data-dependent gates (the `gated` decay's), drawn in (0.9, 1): a leaf that needs a
+    /// gradient on an autodiff device.
+    Data,
+}
+
+crate::config_names!(Gating {
+    Fixed => "fixed",
+    Data => "data",
+});
+
 /// Random inputs of an operator problem, with the language model's default gates
-/// (fixed multi-scale decay); leaves that require gradients when `device` is autodiff.
+/// (fixed multi-scale decay) or data-dependent ones ([`Gating`]); leaves that require
+/// gradients when `device` is autodiff.
 #[derive(Debug, Clone)]
 pub struct OperatorInputs {
     pub q: Tensor<4>,
@@ -124,7 +141,13 @@ pub struct OperatorInputs {
 }
 
 impl OperatorInputs {
+    /// With the default gates.
     pub fn random(shape: &Shape5, device: &Device) -> Self {
+        Self::gated(shape, Gating::Fixed, device)
+    }
+
+    /// With `gating`'s gates.
+    pub fn gated(shape: &Shape5, gating: Gating, device: &Device) -> Self {
         let Shape5 {
             batch,
             heads,
@@ -144,12 +167,23 @@ impl OperatorInputs {
         };
         let grad = device.is_autodiff();
         let leaf = |t: Tensor<4>| if grad { t.require_grad() } else { t };
-        let log_g = fixed_log_gates(
-            &multi_scale_decay(heads, hla::DEFAULT_DECAY_BASE),
-            time,
-            device,
-        )
-        .expect("the multi-scale decay lies in (0, 1)");
+        let log_g = match gating {
+            Gating::Fixed => fixed_log_gates(
+                &multi_scale_decay(heads, hla::DEFAULT_DECAY_BASE),
+                time,
+                device,
+            )
+            .expect("the multi-scale decay lies in (0, 1)"),
+            Gating::Data => {
+                let g = Tensor::<3>::random(
+                    [batch, heads, time],
+                    Distribution::Uniform(0.9, 1.0),
+                    device,
+                );
+                let log_g = g.log();
+                if grad { log_g.require_grad() } else { log_g }
+            }
+        };
         Self {
             q: leaf(uniform(d)),
             k: leaf(uniform(d)),

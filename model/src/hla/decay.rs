@@ -175,6 +175,13 @@ impl<const D: usize> DecayGrad<D> {
         add(&mut self.db, (rows - cols) * p);
     }
 
+    /// `∂b` gathered elsewhere (a fused kernel's, its parts through the span's last token
+    /// included there), `[.., span, 1]`.
+    #[cfg(gpu_kernels)]
+    pub(crate) fn per_token(&mut self, db: Tensor<D>) {
+        add(&mut self.db, db);
+    }
+
     /// The gradient of the log gates, `[.., span, 1]`.
     ///
     /// # Panics

@@ -61,13 +61,26 @@ const CPU_UNIT: UnitBudget = UnitBudget {
 };
 
 /// The rows a unit owns in a tile of `rows` rows when each row takes `floats` values: the
-/// most within `budget` that divides the tile (a power of two), and at least one.
+/// most within `budget` (and [`cap_unit_rows`]'s cap) that divides the tile (a power of
+/// two), and at least one.
 pub(crate) fn rows_per_unit(rows: usize, floats: usize, budget: &UnitBudget) -> usize {
-    let mut per_unit = budget.rows.min(rows);
+    let cap = UNIT_ROWS.load(Ordering::Relaxed);
+    let mut per_unit = budget.rows.min(rows).min(cap);
     while per_unit > 1 && (per_unit * floats > budget.floats || !rows.is_multiple_of(per_unit)) {
         per_unit /= 2;
     }
     per_unit
+}
+
+/// The most rows a unit owns, below its budget's: a test sets a small one so that a CPU
+/// device (whose budget gives a small tile to one unit) runs its kernels' tiles over
+/// several units, as a GPU does. `usize::MAX`: the budget's.
+static UNIT_ROWS: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Caps the rows a unit of the GPU kernels owns at `max` (`None`: its budget's).
+#[doc(hidden)]
+pub fn cap_unit_rows(max: Option<usize>) {
+    UNIT_ROWS.store(max.unwrap_or(usize::MAX).max(1), Ordering::Relaxed);
 }
 
 /// The budget of a unit's rows on `like`'s device.
@@ -211,9 +224,9 @@ fn properties(device: &Device) -> Option<Arc<DeviceProperties>> {
 
 /// An uninitialised contiguous f32 tensor on `like`'s device (the kernels index their
 /// outputs as contiguous).
-pub(crate) fn empty<const D: usize>(like: &CubeTensor, dims: [usize; D]) -> CubeTensor {
+pub(crate) fn empty(like: &CubeTensor, shape: impl Into<Shape>) -> CubeTensor {
     let (client, device) = (like.client.clone(), like.device.clone());
-    empty_device_contiguous_dtype(client, device, Shape::new(dims), DType::F32)
+    empty_device_contiguous_dtype(client, device, shape.into(), DType::F32)
 }
 
 #[cfg(test)]

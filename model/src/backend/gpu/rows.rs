@@ -45,6 +45,21 @@ pub(crate) fn load_row(
     }
 }
 
+/// `dst[at .. at + width] += ` row `row` of `src` (rows of `width`).
+#[cube]
+pub(crate) fn add_row(
+    src: &Tensor<f32>,
+    row: usize,
+    dst: &mut Array<f32>,
+    at: usize,
+    #[comptime] width: usize,
+) {
+    #[unroll]
+    for x in 0..width {
+        dst[at + x] += src[row * width + x];
+    }
+}
+
 /// Row `row` of `dst` (rows of `width`): `src[at .. at + width]` times `scale`.
 #[cube]
 pub(crate) fn store_row(
@@ -67,6 +82,27 @@ pub(crate) fn shared_row(src: &Shared<[f32]>, j: usize, #[comptime] width: usize
     shared_strided(src, j * width, 1usize, width)
 }
 
+/// This unit's `per_unit` rows ([`own_row`]) of the shared tile `src` of `rows` rows of
+/// `width`, in registers.
+#[cube]
+pub(crate) fn own_shared_rows(
+    src: &Shared<[f32]>,
+    #[comptime] rows: usize,
+    #[comptime] width: usize,
+    #[comptime] per_unit: usize,
+) -> Array<f32> {
+    let mut own = Array::<f32>::new(comptime!(per_unit * width));
+    #[unroll]
+    for r in 0..per_unit {
+        let at = own_row(r, rows, per_unit) * width;
+        #[unroll]
+        for x in 0..width {
+            own[r * width + x] = src[at + x];
+        }
+    }
+    own
+}
+
 /// `width` values of `src` from `at`, `stride` apart (a column of a tile), in registers.
 #[cube]
 pub(crate) fn shared_strided(
@@ -86,10 +122,22 @@ pub(crate) fn shared_strided(
 /// `a[at .. at + width] · b`.
 #[cube]
 pub(crate) fn dot(a: &Array<f32>, at: usize, b: &Array<f32>, #[comptime] width: usize) -> f32 {
+    dot_at(a, at, b, 0usize, width)
+}
+
+/// `a[at .. at + width] · b[bt .. bt + width]`.
+#[cube]
+pub(crate) fn dot_at(
+    a: &Array<f32>,
+    at: usize,
+    b: &Array<f32>,
+    bt: usize,
+    #[comptime] width: usize,
+) -> f32 {
     let mut s = 0.0f32;
     #[unroll]
     for x in 0..width {
-        s += a[at + x] * b[x];
+        s += a[at + x] * b[bt + x];
     }
     s
 }

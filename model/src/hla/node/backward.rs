@@ -1,7 +1,8 @@
 //! What every order's backward pass shares: its inputs in chunks, the one step every state
 //! takes (a state read by a row product gets its gradient by a scan back over the chunks),
 //! the masked products, and `∂Q` and the gates' gradient gathered along the way (on a GPU
-//! device each kernel adds its term of `∂Q` to the terms before it: no sums of their own).
+//! device each kernel adds its term of `∂Q` to the terms before it and gathers its parts
+//! of the gates' gradient: no sums of their own).
 
 use burn::prelude::*;
 
@@ -65,10 +66,10 @@ impl Backward {
     /// (zeros when `None`):
     /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose);
     /// gathers `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`) and the gates' parts from `a^p` and
-    /// `ρ^p`. On a GPU device without the gates' gradient, the updates and the scan back
-    /// are one kernel (`crate::hla::chunks::fused::pass`), and `∂Q`'s term is left to the
-    /// next product, which must take the same `∂Y` (every order's backward pass reads a
-    /// state, then runs the product of the same gradient).
+    /// `ρ^p`. On a GPU device the updates and the scan back are one kernel
+    /// (`crate::hla::chunks::fused::pass`), and `∂Q`'s term (with `a^p`'s part of the
+    /// gates' gradient) is left to the next product, which must take the same `∂Y` (every
+    /// order's backward pass reads a state, then runs the product of the same gradient).
     pub(crate) fn read(
         &mut self,
         q: &Tensor<5>,
@@ -78,8 +79,13 @@ impl Backward {
         transposed: bool,
     ) -> Read {
         debug_assert!(self.pending.is_none(), "a read's term left unadded");
+        let pending = Pending {
+            x_start,
+            p,
+            transposed,
+        };
         #[cfg(gpu_kernels)]
-        if self.gate.is_none() {
+        {
             // The updates' transpose is ∂Yᵀ diag(a^p) Q: the pass takes K = ∂Y, U = Q.
             let ku = match transposed {
                 false => [q, &dy],
@@ -88,29 +94,41 @@ impl Backward {
             let back =
                 crate::hla::chunks::fused::pass::pass(x_last.as_ref(), ku, (&self.decay, p), true);
             if let Some((after, first)) = back {
-                self.pending = Some(Pending {
-                    x_start,
-                    p,
-                    transposed,
-                });
+                self.gather_whole(&after, &pending);
+                self.pending = Some(pending);
                 return Read { after, first };
             }
         }
-        let power = f64::from(p);
-        let ady = self.decay.since_start(dy, power);
+        let ady = self.decay.since_start(dy, f64::from(p));
         let updates = match transposed {
             false => q.clone().transpose().matmul(ady.clone()),
             true => ady.clone().transpose().matmul(q.clone()),
         };
         let (after, first) = self.chunks.scan_back(x_last, updates, &self.decay, p);
+        self.gather_whole(&after, &pending);
+        self.add_read_term(q, ady, pending);
+        Read { after, first }
+    }
+
+    /// A read's part of the gates' gradient from `ρ^p`, from `X`'s gradient after every
+    /// chunk and `X` at its start.
+    fn gather_whole(&mut self, after: &Tensor<5>, read: &Pending) {
         if let Some(gate) = &mut self.gate {
-            let qx = q.clone().matmul(read(x_start.clone(), transposed));
-            gate.since_start(power, rows(ady.clone(), qx));
-            let states = whole(after.clone(), x_start.clone());
+            let power = f64::from(read.p);
+            let states = whole(after.clone(), read.x_start.clone());
             gate.whole(power, self.decay.whole(states, power));
         }
-        self.add_dq(ady.matmul(read(x_start, transposed).transpose()));
-        Read { after, first }
+    }
+
+    /// A read's term of `∂Q`, `diag(a^p) ∂Y Xᵀ` (`… X`), from `ady = diag(a^p) ∂Y`, and its
+    /// part of the gates' gradient from `a^p`.
+    fn add_read_term(&mut self, q: &Tensor<5>, ady: Tensor<5>, read: Pending) {
+        let x = self::read(read.x_start, read.transposed);
+        if let Some(gate) = &mut self.gate {
+            let qx = q.clone().matmul(x.clone());
+            gate.since_start(f64::from(read.p), rows(ady.clone(), qx));
+        }
+        self.add_dq(ady.matmul(x.transpose()));
     }
 
     /// Adds a term to `∂Q`.
@@ -129,8 +147,8 @@ impl Backward {
     /// `B`, `Y`, p = 3) and `W V` (`A = K`, `U = V`, `T = W`, `X = P`), AHLA's `A^γ B`
     /// (`A = K`, `U = B`, `T = A^γ`, `X = E`) and `A^γ V` (`U = V`, `X = P`); with
     /// [`Backward::key_product`], every masked product of the chunk equations. On a GPU
-    /// device without the gates' gradient, one kernel ([`super::fused`]), which also adds
-    /// the sums in.
+    /// device, one kernel ([`super::fused`]), which also adds the sums in and gathers the
+    /// gates' parts.
     pub(crate) fn moment_product(
         &mut self,
         q: &Tensor<5>,
@@ -169,25 +187,29 @@ impl Backward {
     ) -> (Option<Tensor<5>>, Tensor<5>) {
         debug_assert!(self.pending.as_ref().is_none_or(|r| r.p == p));
         #[cfg(gpu_kernels)]
-        if self.gate.is_none() {
+        {
             let adds = super::fused::Adds {
                 dq: self.dq.as_ref(),
                 da: da.as_ref(),
                 tied,
                 read: self.pending.as_ref().map(|r| (&r.x_start, r.transposed)),
+                gates: self.gate.is_some(),
             };
             let grads =
                 super::fused::moment_grads(q, &g, [&a, &u, &t], &x_after, (&self.decay, p), adds);
-            if let Some((du, da, dq)) = grads {
-                self.dq = Some(dq);
+            if let Some(grads) = grads {
+                self.dq = Some(grads.dq);
                 self.pending = None;
-                return (du, da);
+                if let (Some(gate), Some(db)) = (&mut self.gate, grads.db) {
+                    gate.per_token(db);
+                }
+                return (grads.du, grads.da);
             }
         }
         let power = f64::from(p);
         if let Some(r) = self.pending.take() {
             let ady = self.decay.since_start(g.clone(), power);
-            self.add_dq(ady.matmul(read(r.x_start, r.transposed).transpose()));
+            self.add_read_term(q, ady, r);
         }
         let gm = self.masked(g.clone().matmul(u.clone().transpose()), p, &t);
         let ea_dx = self

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::prelude::*;
-use hla_model::bench::{Operator, Shape5};
+use hla_model::bench::{Gating, Operator, Shape5};
 use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +84,11 @@ pub struct Args {
     /// flash-linear-attention's published chunk_gla figure).
     #[arg(long, value_name = "B,H,D", default_value = "1,4,64", value_parser = parse_problem)]
     operator_shape: Problem,
+    /// Operators and sweep sections: the operators' gates, `fixed` (the language model's
+    /// default multi-scale decay, which needs no gradient) or `data` (data-dependent gates
+    /// with their gradient, as the `gated` decay has).
+    #[arg(long, default_value = "fixed", value_parser = parse_gates)]
+    gates: Gating,
     /// Operators section: only these operators (default: all; the serial recurrence's
     /// backward is the slow one on a GPU).
     #[arg(long, value_delimiter = ',', value_parser = parse_operator)]
@@ -119,6 +124,10 @@ pub struct Args {
 }
 
 fn parse_mixer(name: &str) -> Result<MixerKind, String> {
+    name.parse()
+}
+
+fn parse_gates(name: &str) -> Result<Gating, String> {
     name.parse()
 }
 
@@ -221,6 +230,10 @@ struct Report {
     heads: usize,
     d: usize,
     dv: usize,
+    /// The operators' gates ([`Gating`]'s name; reports written before the option say
+    /// none: theirs were fixed).
+    #[serde(default = "fixed_gates")]
+    gates: String,
     /// Absent in reports written before the section existed.
     #[serde(default)]
     train: Vec<TrainRow>,
@@ -275,6 +288,7 @@ fn measure(args: &Args) -> Result<Report> {
         device: device.clone(),
         host_memory,
         problem: args.operator_shape,
+        gates: args.gates,
     };
     let (chunk, segment) = (args.chunk as usize, args.segment as usize);
     let mut chosen: Vec<usize> = args.times.iter().map(|&t| t as usize).collect();
@@ -344,6 +358,7 @@ fn measure(args: &Args) -> Result<Report> {
         heads: bench.problem.heads,
         d: bench.problem.d,
         dv: bench.problem.d,
+        gates: bench.gates.name().into(),
         train,
         operators,
         decode,
@@ -363,6 +378,11 @@ struct Bench {
     device: Device,
     host_memory: bool,
     problem: Problem,
+    gates: Gating,
+}
+
+fn fixed_gates() -> String {
+    Gating::Fixed.name().into()
 }
 
 impl Bench {

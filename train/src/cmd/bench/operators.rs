@@ -52,8 +52,8 @@ impl Bench {
             .iter()
             .map(|&time| {
                 let shape = shape(self.problem, time, chunk);
-                let x = OperatorInputs::random(&shape, &self.device);
-                (x, OperatorInputs::random(&shape, &autodiff))
+                let x = OperatorInputs::gated(&shape, self.gates, &self.device);
+                (x, OperatorInputs::gated(&shape, self.gates, &autodiff))
             })
             .collect();
         let cases = self.operator_cases(only, times, forms);

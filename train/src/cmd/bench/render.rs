@@ -50,10 +50,14 @@ pub(super) fn render(report: &Report) -> String {
     let mut md = String::new();
     let passes = passes(report.segment);
     // The cost model states its own shape; the problem here is the timed sections'.
+    let gates = match report.gates.as_str() {
+        "data" => ", data-dependent gates",
+        _ => "",
+    };
     let _ = match timed(report) {
         true => writeln!(
             md,
-            "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes})\n",
+            "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes}{gates})\n",
             report.device, report.batch, report.heads, report.d, report.chunk
         ),
         false => writeln!(md, "# hla bench on {}\n", report.device),
@@ -385,5 +389,10 @@ mod tests {
             timed.starts_with("# hla bench on wgpu (B=1, H=4, d=dv=64, chunk 64"),
             "{timed}"
         );
+        assert!(!timed.contains("gates"), "{timed}");
+        let mut gated = report("[]", matmul);
+        gated.gates = "data".into();
+        let gated = render(&gated);
+        assert!(gated.contains(", data-dependent gates)\n"), "{gated}");
     }
 }

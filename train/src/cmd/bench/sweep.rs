@@ -38,8 +38,8 @@ impl Bench {
         segment: usize,
     ) -> Result<[SweepRow; 2]> {
         let shape = shape(self.problem, time, chunk);
-        let x = OperatorInputs::random(&shape, &self.device);
-        let x_grad = OperatorInputs::random(&shape, &self.device.clone().autodiff());
+        let x = OperatorInputs::gated(&shape, self.gates, &self.device);
+        let x_grad = OperatorInputs::gated(&shape, self.gates, &self.device.clone().autodiff());
         let (op, form) = (Operator::Hla2Chunked, Form::passes(chunk, segment));
         let row = |pass: &str, timing| SweepRow {
             chunk,

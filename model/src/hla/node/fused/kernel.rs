@@ -6,7 +6,8 @@ use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
 use crate::backend::gpu::rows::{
-    blend, dot, fill, load_row, own_row, scale, shared_row, shared_strided, store_row,
+    add_row, blend, dot, dot_at, fill, own_row, own_shared_rows, scale, shared_row, shared_strided,
+    store_row,
 };
 use crate::hla::chunks::fused::kernel::{
     Gates, copy_in, gate_start, log_decay, own_decays, own_rows, shared_buffer,
@@ -15,7 +16,8 @@ use crate::hla::chunks::fused::kernel::{
 /// Which gradients [`grads_kernel`] adds to its inputs' (compile-time): `G A` to ∂Q's
 /// terms so far, `∂A` to a term of the same gradient, with `tied` (`A = U`, as in a key
 /// moment's `W K`) `∂U` to `∂A`, and with `read` the term `diag(a^p) ∂Y Xᵀ` (`… X` when
-/// `transposed`) of the state `X` that `∂Y` read, to ∂Q.
+/// `transposed`) of the state `X` that `∂Y` read, to ∂Q; with `gates` it also writes the
+/// log gates' gradient from the decay factors it used.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Sums {
     pub(crate) q: bool,
@@ -23,6 +25,7 @@ pub(crate) struct Sums {
     pub(crate) tied: bool,
     pub(crate) read: bool,
     pub(crate) transposed: bool,
+    pub(crate) gates: bool,
 }
 
 /// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
@@ -31,6 +34,15 @@ pub(crate) struct Sums {
 /// U`) `da` gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the
 /// state `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when
 /// transposed) that `∂Y` read. The gradients' sums cost no kernel of their own.
+/// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
+/// `per_unit` tokens `τ`; `n` is the width of `U` and `∂Y`. With `sums.q`, `G A` is added
+/// to `dq_in` (∂Q's terms so far), with `sums.a`, `∂A` to `da_in`; with `sums.tied` (`A =
+/// U`) `da` gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the
+/// state `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when
+/// transposed) that `∂Y` read. The gradients' sums cost no kernel of their own. With
+/// `sums.gates`, `db [blocks, c, 1]` gets `∂b_τ`, the gradient of the cumulative log gates
+/// through `e^p`, `D^p` and (with the read) `a^p`; `e^p`'s part through `b_last` is the
+/// last token's, whose `∂b` reaches every gate of the chunk.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grads_kernel(
@@ -47,6 +59,7 @@ pub(crate) fn grads_kernel(
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
+    db: &mut Tensor<f32>,
     gates: &Gates,
     power: f32,
     #[comptime] c: usize,
@@ -93,11 +106,21 @@ pub(crate) fn grads_kernel(
         }
     }
     let b_last = log_decay(b, gate, c - 1, decayed);
+    // With the gates: p ∂b_τ of the unit's tokens, and e^p's part through b_last.
+    let mut db_tau = Array::<f32>::new(per_unit);
+    let mut through_last = 0.0f32;
     #[unroll]
     for r in 0..per_unit {
         let e_p = (power * (b_last - b_tau[r])).exp();
         scale(&mut acc_u, r * n, e_p, n);
         scale(&mut acc_a, r * d, e_p, d);
+        db_tau[r] = 0.0;
+        if sums.gates {
+            // e^p_τ ∂e^p_τ: the row of diag(e^p) A X against u_τ.
+            let w = power * dot_at(&acc_u, r * n, &u_tau, r * n, n);
+            db_tau[r] = -w;
+            through_last += w;
+        }
     }
     sync_cube();
 
@@ -114,8 +137,13 @@ pub(crate) fn grads_kernel(
             if sigma >= tau {
                 let t_st = t[(block * c + sigma) * c + tau];
                 blend(&mut acc_u, r * n, 1.0f32, t_st, &dy_sigma, n);
-                let g = (power * (b_sigma - b_tau[r])).exp() * dot(&u_tau, r * n, &dy_sigma, n);
+                let dy_u = dot(&u_tau, r * n, &dy_sigma, n);
+                let g = (power * (b_sigma - b_tau[r])).exp() * dy_u;
                 blend(&mut acc_a, r * d, 1.0f32, g, &q_sigma, d);
+                if sums.gates {
+                    // The mask's column τ of T ⊙ (∂Y Uᵀ).
+                    db_tau[r] -= power * t_st * dy_u;
+                }
             }
         }
     }
@@ -132,44 +160,20 @@ pub(crate) fn grads_kernel(
             store_row(&acc_u, r * n, 1.0f32, du, row, n);
         }
         if sums.a {
-            #[unroll]
-            for i in 0..d {
-                acc_a[r * d + i] += da_in[row * d + i];
-            }
+            add_row(da_in, row, &mut acc_a, r * d, d);
         }
         store_row(&acc_a, r * d, 1.0f32, da, row, d);
     }
-    let dy_tau = own_rows(dy, block, c, n, per_unit);
+    let dy_tau = own_shared_rows(&buf, c, n, per_unit);
     sync_cube();
 
-    // G A: rows τ of G over the tokens σ ≤ τ.
-    copy_in(a, &mut rows, block * c * d, c * d);
-    copy_in(u, &mut buf, block * c * n, c * n);
     let mut acc_q = Array::<f32>::new(comptime!(per_unit * d));
     #[unroll]
     for r in 0..per_unit {
-        let row = block * c + own_row(r, c, per_unit);
-        if sums.q {
-            load_row(dq_in, row, true, 1.0f32, &mut acc_q, r * d, d);
-        } else {
-            fill(&mut acc_q, r * d, d);
-        }
-    }
-    for sigma in 0..c {
-        let u_sigma = shared_row(&buf, sigma, n);
-        let a_sigma = shared_row(&rows, sigma, d);
-        let b_sigma = log_decay(b, gate, sigma, decayed);
-        #[unroll]
-        for r in 0..per_unit {
-            if sigma <= own_row(r, c, per_unit) {
-                let g = (power * (b_tau[r] - b_sigma)).exp() * dot(&dy_tau, r * n, &u_sigma, n);
-                blend(&mut acc_q, r * d, 1.0f32, g, &a_sigma, d);
-            }
-        }
+        fill(&mut acc_q, r * d, d);
     }
     if sums.read {
         // diag(a^p) ∂Y Xᵀ: row τ is a^p_τ Σ_j ∂y_τj x_·j (x_j· when transposed).
-        sync_cube();
         copy_in(x_start, &mut buf, block * d * n, d * n);
         let mut a_p = Array::<f32>::new(per_unit);
         #[unroll]
@@ -194,6 +198,49 @@ pub(crate) fn grads_kernel(
                 );
             }
         }
+        if sums.gates {
+            // a^p_τ ∂a^p_τ: the read's row against q_τ (Q is still in `rows`).
+            #[unroll]
+            for r in 0..per_unit {
+                let q_tau = shared_row(&rows, own_row(r, c, per_unit), d);
+                db_tau[r] += power * dot(&acc_q, r * d, &q_tau, d);
+            }
+        }
+        sync_cube();
+    }
+    if sums.q {
+        #[unroll]
+        for r in 0..per_unit {
+            add_row(
+                dq_in,
+                block * c + own_row(r, c, per_unit),
+                &mut acc_q,
+                r * d,
+                d,
+            );
+        }
+    }
+
+    // G A: rows τ of G over the tokens σ ≤ τ.
+    copy_in(a, &mut rows, block * c * d, c * d);
+    copy_in(u, &mut buf, block * c * n, c * n);
+    for sigma in 0..c {
+        let u_sigma = shared_row(&buf, sigma, n);
+        let a_sigma = shared_row(&rows, sigma, d);
+        let b_sigma = log_decay(b, gate, sigma, decayed);
+        #[unroll]
+        for r in 0..per_unit {
+            let tau = own_row(r, c, per_unit);
+            if sigma <= tau {
+                let dy_u = dot(&dy_tau, r * n, &u_sigma, n);
+                let g = (power * (b_tau[r] - b_sigma)).exp() * dy_u;
+                blend(&mut acc_q, r * d, 1.0f32, g, &a_sigma, d);
+                if sums.gates {
+                    // The mask's row τ of T ⊙ (∂Y Uᵀ).
+                    db_tau[r] += power * t[(block * c + tau) * c + sigma] * dy_u;
+                }
+            }
+        }
     }
     #[unroll]
     for r in 0..per_unit {
@@ -205,5 +252,35 @@ pub(crate) fn grads_kernel(
             block * c + own_row(r, c, per_unit),
             d,
         );
+    }
+    if sums.gates {
+        store_log_gates(db, &db_tau, through_last, block, c, per_unit);
+    }
+}
+
+/// Writes the unit's `∂b_τ` (`db_tau`) into `db [blocks, c, 1]`, the last token's with
+/// every unit's `through_last` added (summed through shared memory).
+#[cube]
+fn store_log_gates(
+    db: &mut Tensor<f32>,
+    db_tau: &Array<f32>,
+    through_last: f32,
+    block: usize,
+    #[comptime] c: usize,
+    #[comptime] per_unit: usize,
+) {
+    let mut parts = Shared::<[f32]>::new_slice(comptime!(c / per_unit));
+    parts[UNIT_POS as usize] = through_last;
+    sync_cube();
+    #[unroll]
+    for r in 0..per_unit {
+        let tau = own_row(r, c, per_unit);
+        let mut part = db_tau[r];
+        if tau == c - 1 {
+            for unit in 0..comptime!(c / per_unit) {
+                part += parts[unit];
+            }
+        }
+        db[block * c + tau] = part;
     }
 }

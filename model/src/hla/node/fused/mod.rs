@@ -1,6 +1,5 @@
 //! The node's backward step as a CubeCL kernel in shared memory, run by its backward pass
-//! on a GPU device in place of the composed matmuls, masks and scales where the gates need
-//! no gradient: the moment product ([`super::Backward::moment_product`]), per chunk, with
+//! on a GPU device in place of the composed matmuls, masks and scales: the moment product ([`super::Backward::moment_product`]), per chunk, with
 //! the gradient `∂Y` of `Y = T U` (`T = (Q Aᵀ) ⊙ D^p`) and the gradient `∂X` after the
 //! chunk of the state `X ← ρ^p X + Aᵀ diag(e^p) U`,
 //!
@@ -17,7 +16,10 @@
 //! `A` and `U`, then `X'` into shared memory once; each unit computes its token's rows of
 //! `∂U`, `∂A` (from the columns of `T` and `G`) and `∂Q` (from a row of `G`, then of
 //! `X'`) there, its rows of `A`, `U` and `∂Y` and its accumulators in registers, and
-//! writes each once. The products run on the CUDA cores.
+//! writes each once. Where the gates need a gradient, each unit also gathers its tokens'
+//! parts of it from the factors it used: `e^p` (`diag(e^p) A ∂X` against `U`), `D^p`
+//! (`T ⊙ (∂Y Uᵀ)`, its row less its column) and the read's `a^p` (its term of ∂Q against
+//! `Q`). The products run on the CUDA cores.
 
 pub(crate) mod kernel;
 
@@ -54,8 +56,8 @@ pub(crate) struct Grads {
 /// chunks; the cumulative log gates `b [gb · gh, chunks · c]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait MomentGrads: Backend {
-    /// `(∂U [blocks, c, n] ([1] when tied), ∂A [blocks, c, d], G A [blocks, c, d])`, with
-    /// the sums of [`Sums`].
+    /// `(∂U [blocks, c, n] ([1] when tied), ∂A [blocks, c, d], G A [blocks, c, d], ∂b
+    /// [blocks, c, 1] ([1] without `sums.gates`))`, with the sums of [`Sums`].
     #[fusion(meta = grads_specs)]
     #[allow(clippy::too_many_arguments)]
     fn moment_grads(
@@ -70,7 +72,12 @@ pub(crate) trait MomentGrads: Backend {
         da_in: FloatTensor<Self>,
         x_start: FloatTensor<Self>,
         grads: Grads,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -86,18 +93,24 @@ fn grads_specs(
     _da_in: &TensorSpec,
     _x_start: &TensorSpec,
     grads: &Grads,
-) -> (TensorSpec, TensorSpec, TensorSpec) {
+) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
     let spec = |shape: &Shape| TensorSpec::new(shape.clone(), q.dtype);
-    (
-        spec(&du_shape(dy.shape.clone(), grads.sums)),
-        spec(&q.shape),
-        spec(&q.shape),
-    )
+    let [du, db] = out_shapes(&q.shape, &dy.shape, grads.sums);
+    (spec(&du), spec(&q.shape), spec(&q.shape), spec(&db))
 }
 
-/// `∂U`'s shape: `∂Y`'s, or one float (unwritten) when `∂A` takes it.
-fn du_shape(dy: Shape, sums: Sums) -> Shape {
-    if sums.tied { Shape::new([1]) } else { dy }
+/// The shapes of `∂U` (`∂Y`'s, or one float, unwritten, when `∂A` takes it) and `∂b`
+/// (`[blocks, c, 1]`, or one float, unwritten, without the gates' gradient), from `q`'s
+/// and `∂Y`'s.
+fn out_shapes(q: &Shape, dy: &Shape, sums: Sums) -> [Shape; 2] {
+    let one = || Shape::new([1]);
+    let du = if sums.tied { one() } else { dy.clone() };
+    let db = if sums.gates {
+        Shape::new([q[0], q[1], 1])
+    } else {
+        one()
+    };
+    [du, db]
 }
 
 impl MomentGrads for CubeBackend {
@@ -113,16 +126,17 @@ impl MomentGrads for CubeBackend {
         da_in: FloatTensor<Self>,
         x_start: FloatTensor<Self>,
         grads: Grads,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
         let [q, dy, a, u, t, x, b, dq_in, da_in, x_start] =
             [q, dy, a, u, t, x, b, dq_in, da_in, x_start].map(into_contiguous);
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
-        // Tied, the kernel writes no ∂U: one float stands in.
-        let du = match grads.sums.tied {
-            true => empty(&q, [1]),
-            false => empty(&q, [blocks, c, n]),
-        };
-        let (du, da, dq) = (du, empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
+        let [du, db] = out_shapes(&q.shape(), &dy.shape(), grads.sums).map(|s| empty(&q, s));
+        let (da, dq) = (empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
         // A unit's rows: a, u, dy and the sums of ∂U, ∂A and ∂Q.
         let (count, dim, per_unit) = grid(&q, blocks, c, 3 * (d + n));
         grads_kernel::launch(
@@ -142,6 +156,7 @@ impl MomentGrads for CubeBackend {
             du.clone().into_tensor_arg(),
             da.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
+            db.clone().into_tensor_arg(),
             grads.layout.gate_arg(),
             grads.power as f32,
             c,
@@ -151,25 +166,37 @@ impl MomentGrads for CubeBackend {
             grads.sums,
             per_unit,
         );
-        (du, da, dq)
+        (du, da, dq, db)
     }
 }
 
 /// What a moment product's gradients add to: ∂Q's terms so far, a term of `∂A`, whether
 /// `A = U` (`∂A` then takes `∂U`), and the state `∂Y` read (at every chunk's start, and
-/// whether it is read transposed), whose term of ∂Q the kernel adds.
+/// whether it is read transposed), whose term of ∂Q the kernel adds; and whether the
+/// gates need a gradient.
 #[derive(Clone, Copy)]
 pub(crate) struct Adds<'a> {
     pub(crate) dq: Option<&'a Tensor<5>>,
     pub(crate) da: Option<&'a Tensor<5>>,
     pub(crate) tied: bool,
     pub(crate) read: Option<(&'a Tensor<5>, bool)>,
+    pub(crate) gates: bool,
 }
 
-/// `[∂U, ∂A, ∂Q]` of every chunk (`[b, h, chunks, c, n]`, `[.., c, d]`, `[.., c, d]`) from
-/// `q`, `∂Y`, `(A, U, T)` and `∂X` after every chunk with the decay's power `power`, where
-/// the kernel takes them: `∂Q` is `G A` plus `adds.dq`, `∂A` plus `adds.da`, and with
-/// `adds.tied` `∂A` has `∂U` added and `∂U` is `None`.
+/// What [`moment_grads`] gives, in chunks: `∂U [b, h, chunks, c, n]` (`None` when tied),
+/// `∂A` and `∂Q` `[.., c, d]`, and with the gates' gradient `∂b [.., c, 1]`, its part from
+/// the product's (and the read's) decay factors.
+pub(crate) struct ProductGrads {
+    pub(crate) du: Option<Tensor<5>>,
+    pub(crate) da: Tensor<5>,
+    pub(crate) dq: Tensor<5>,
+    pub(crate) db: Option<Tensor<5>>,
+}
+
+/// The gradients of a moment product ([`ProductGrads`]) from `q`, `∂Y`, `(A, U, T)` and
+/// `∂X` after every chunk with the decay's power `power`, where the kernel takes them:
+/// `∂Q` is `G A` plus `adds.dq`, `∂A` plus `adds.da`, and with `adds.tied` `∂A` has `∂U`
+/// added.
 pub(crate) fn moment_grads(
     q: &Tensor<5>,
     dy: &Tensor<5>,
@@ -177,7 +204,7 @@ pub(crate) fn moment_grads(
     x_after: &Tensor<5>,
     (decay, power): (&Decay<5>, u32),
     adds: Adds<'_>,
-) -> Option<(Option<Tensor<5>>, Tensor<5>, Tensor<5>)> {
+) -> Option<ProductGrads> {
     use burn::backend::Dispatch;
     let mut operands = vec![q, u, dy, a, t, x_after];
     operands.extend(adds.dq.into_iter().chain(adds.da));
@@ -189,6 +216,7 @@ pub(crate) fn moment_grads(
         tied: adds.tied,
         read: adds.read.is_some(),
         transposed: adds.read.is_some_and(|(_, transposed)| transposed),
+        gates: adds.gates,
     };
     // Where nothing is added, q stands in (unread); without a read, the gates (2-D, so
     // the cost model tells them apart).
@@ -197,7 +225,7 @@ pub(crate) fn moment_grads(
         || b.clone().into_dispatch(),
         |(x, _)| blocks(x).into_dispatch(),
     );
-    let (du, da, dq) = <Dispatch as MomentGrads>::moment_grads(
+    let (du, da, dq, db) = <Dispatch as MomentGrads>::moment_grads(
         blocks(q).into_dispatch(),
         blocks(dy).into_dispatch(),
         blocks(a).into_dispatch(),
@@ -214,14 +242,19 @@ pub(crate) fn moment_grads(
             sums,
         },
     );
-    let du = (!adds.tied).then(|| chunked(du, u));
-    Some((du, chunked(da, q), chunked(dq, q)))
+    Some(ProductGrads {
+        du: (!adds.tied).then(|| chunked(du, u)),
+        da: chunked(da, q),
+        dq: chunked(dq, q),
+        db: adds.gates.then(|| chunked(db, q)),
+    })
 }
 
 /// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`q
 /// [blocks, c, d]`, `∂Y [blocks, c, n]`, ..., `x_start` 3-D where it takes a read's term):
 /// the multiply-adds of its products, those of the moment product through `T` and `G`
-/// over `σ ≥ τ` (columns) or `σ ≤ τ` (rows) only.
+/// over `σ ≥ τ` (columns) or `σ ≤ τ` (rows) only (the gates' gradient, four a token pair
+/// beside their `3n + 2d`, is not counted).
 pub(crate) fn flops(id: &str, inputs: &[Vec<usize>]) -> Option<f64> {
     if !id.contains("moment_grads") {
         return None;
