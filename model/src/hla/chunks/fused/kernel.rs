@@ -105,6 +105,30 @@ pub(crate) fn own_rows(
     rows
 }
 
+/// This unit's `per_unit` rows `x` (tokens [`own_row`], rows of `width`) into chunk
+/// `block` of `dst [blocks · c, width]`: [`own_rows`]'s way back.
+#[cube]
+pub(crate) fn store_own_rows(
+    x: &Array<f32>,
+    dst: &mut Tensor<f32>,
+    block: usize,
+    #[comptime] c: usize,
+    #[comptime] width: usize,
+    #[comptime] per_unit: usize,
+) {
+    #[unroll]
+    for t in 0..per_unit {
+        store_row(
+            x,
+            t * width,
+            1.0f32,
+            dst,
+            block * c + own_row(t, c, per_unit),
+            width,
+        );
+    }
+}
+
 /// `M = D^p ⊙ (Q Rᵀ)` (written when `scores`) and `Y = diag(a^p) Q X + M V` of every
 /// chunk with `p = power` (`X` read from its transpose when `transposed`), one cube per
 /// block and one unit per `per_unit` tokens `τ`.
@@ -182,15 +206,5 @@ pub(crate) fn output_kernel(
             }
         }
     }
-    #[unroll]
-    for t in 0..per_unit {
-        store_row(
-            &acc,
-            t * dv,
-            1.0f32,
-            y,
-            block * c + own_row(t, c, per_unit),
-            dv,
-        );
-    }
+    store_own_rows(&acc, y, block, c, dv, per_unit);
 }

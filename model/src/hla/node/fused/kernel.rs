@@ -10,7 +10,7 @@ use crate::backend::gpu::rows::{
     store_row,
 };
 use crate::hla::chunks::fused::kernel::{
-    Gates, copy_in, gate_start, log_decay, own_decays, own_rows, shared_buffer,
+    Gates, copy_in, gate_start, log_decay, own_decays, own_rows, shared_buffer, store_own_rows,
 };
 
 /// Which gradients [`grads_kernel`] adds to its inputs' (compile-time): `G A` to ∂Q's
@@ -242,17 +242,7 @@ pub(crate) fn grads_kernel(
             }
         }
     }
-    #[unroll]
-    for r in 0..per_unit {
-        store_row(
-            &acc_q,
-            r * d,
-            1.0f32,
-            dq,
-            block * c + own_row(r, c, per_unit),
-            d,
-        );
-    }
+    store_own_rows(&acc_q, dq, block, c, d, per_unit);
     if sums.gates {
         store_log_gates(db, &db_tau, through_last, block, c, per_unit);
     }

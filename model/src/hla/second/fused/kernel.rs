@@ -5,11 +5,9 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use crate::backend::gpu::rows::{
-    blend, dot, fill, own_row, scale, shared_row, shared_strided, store_row,
-};
+use crate::backend::gpu::rows::{blend, dot, fill, own_row, scale, shared_row, shared_strided};
 use crate::hla::chunks::fused::kernel::{
-    Gates, copy_in, gate_start, log_decay, own_decays, own_rows, shared_buffer,
+    Gates, copy_in, gate_start, log_decay, own_decays, own_rows, shared_buffer, store_own_rows,
 };
 
 /// The moments of every chunk, one cube per block and one unit per `per_unit` tokens `τ`.
@@ -72,15 +70,5 @@ pub(crate) fn moments_kernel(
             w[(block * c + tau) * c + sigma] = wv;
         }
     }
-    #[unroll]
-    for t in 0..per_unit {
-        store_row(
-            &acc,
-            t * d,
-            1.0f32,
-            a,
-            block * c + own_row(t, c, per_unit),
-            d,
-        );
-    }
+    store_own_rows(&acc, a, block, c, d, per_unit);
 }
