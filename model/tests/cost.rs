@@ -1,9 +1,9 @@
 //! The cost model (`hla_model::bench::cost`) against what the wgpu device runs (lavapipe in
-//! CI): its dry run launches the kernels a real pass launches, a pass moves at least its
-//! inputs, outputs and gradients, the node's forward products are all in fused kernels,
-//! each state's updates and scan one kernel, and its backward runs a fused kernel per state read and per
-//! moment product. The tests take turns: they switch the process-wide
-//! kernels.
+//! CI): its dry run launches the kernels a real pass launches (with the fixed decay and
+//! with data-dependent gates), a pass moves at least its inputs, outputs and gradients, the
+//! node's forward products are all in fused kernels, each state's updates and scan one
+//! kernel, and its backward runs a fused kernel per state read and per moment product. The
+//! tests take turns: they switch the process-wide kernels.
 #![cfg(feature = "wgpu")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +14,7 @@ use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
 use hla_model::backend::cost::blocks;
 use hla_model::backend::{Kernels, set_kernels};
 use hla_model::bench::cost::form_cost;
-use hla_model::bench::{Operator, OperatorInputs, Shape5};
+use hla_model::bench::{Gating, Operator, OperatorInputs, Shape5};
 use hla_model::hla::Form;
 
 /// Every operator with a GPU form.
@@ -73,18 +73,23 @@ fn pass(op: Operator, route: Kernels, inputs: &OperatorInputs, device: &Device) 
     device.sync().expect("the device runs the pass");
 }
 
-/// Inputs at [`SHAPE`] on `device`, made before any pass is observed.
+/// Inputs at [`SHAPE`] with the fixed decay on `device`, made before any pass is observed.
 fn inputs(device: &Device) -> OperatorInputs {
-    let inputs = OperatorInputs::random(&SHAPE, device);
+    gated_inputs(Gating::Fixed, device)
+}
+
+/// Inputs at [`SHAPE`] with `gating`'s gates on `device`, made before any pass is observed.
+fn gated_inputs(gating: Gating, device: &Device) -> OperatorInputs {
+    let inputs = OperatorInputs::gated(&SHAPE, gating, device);
     device.sync().expect("the device makes the inputs");
     inputs
 }
 
 /// Kernels a real pass launches once warm (the first pass also runs the autotuner's
 /// candidates).
-fn launched(op: Operator, route: Kernels) -> usize {
+fn launched(op: Operator, route: Kernels, gating: Gating) -> usize {
     let device = gpu().autodiff();
-    let inputs = inputs(&device);
+    let inputs = gated_inputs(gating, &device);
     pass(op, route, &inputs, &device);
     let counter = Arc::new(Counter(AtomicUsize::new(0)));
     let observation = LaunchObservation::new(counter.clone());
@@ -93,18 +98,27 @@ fn launched(op: Operator, route: Kernels) -> usize {
     counter.0.load(Ordering::Relaxed)
 }
 
+/// With the fixed decay every operator's forms; with data-dependent gates (and their
+/// gradient) the HLA orders' (the softmax attention has no gates).
 #[test]
 fn a_dry_run_launches_what_a_real_pass_launches() {
     let _turn = turn();
-    for op in OPERATORS {
+    let cases = OPERATORS.map(|op| (op, Gating::Fixed)).into_iter().chain(
+        OPERATORS
+            .into_iter()
+            .filter(|&op| op != Operator::Softmax)
+            .map(|op| (op, Gating::Data)),
+    );
+    for (op, gating) in cases {
         for route in ROUTES {
-            let Some(steps) = form_cost(op, route, &SHAPE, &gpu()).expect("the cost model") else {
+            let Some(steps) = form_cost(op, route, &SHAPE, gating, &gpu()).expect("the cost model")
+            else {
                 continue;
             };
             let modelled: usize = steps.iter().map(|s| s.launches).sum();
-            let real = launched(op, route);
-            eprintln!("{op:?} {route:?}: {modelled} launches modelled, {real} real");
-            assert_eq!(modelled, real, "{op:?} with {route:?}");
+            let real = launched(op, route, gating);
+            eprintln!("{op:?} {route:?} {gating:?}: {modelled} launches modelled, {real} real");
+            assert_eq!(modelled, real, "{op:?} with {route:?} and {gating:?} gates");
         }
     }
 }
@@ -117,7 +131,9 @@ fn a_pass_moves_at_least_its_inputs_outputs_and_gradients() {
     let io = 4.0 * 2.0 * (2.0 * floats(SHAPE.d) + 2.0 * floats(SHAPE.dv));
     for op in OPERATORS {
         for route in ROUTES {
-            let Some(steps) = form_cost(op, route, &SHAPE, &gpu()).expect("the cost model") else {
+            let Some(steps) =
+                form_cost(op, route, &SHAPE, Gating::Fixed, &gpu()).expect("the cost model")
+            else {
                 continue;
             };
             let bytes: f64 = steps.iter().map(|s| s.bytes).sum();
@@ -173,22 +189,27 @@ fn the_nodes_forward_products_are_fused_kernels_and_each_state_one_pass() {
     }
 }
 
-/// The node's backward pass at [`SHAPE`] (the fixed decay: the gates need no gradient)
-/// runs a pass back over the chunks per state part it reads (its updates and scan back in
-/// one kernel) and a fused kernel per moment product its order's equations have (first
-/// order's output, hla2's output and `W K`, third order's output, `W K` and `W V`, AHLA's
-/// `A B` and `A V`), which adds each read's term of `∂Q` too.
+/// The node's backward pass at [`SHAPE`], with the fixed decay or with data-dependent
+/// gates and their gradient, runs a pass back over the chunks per state part it reads (its
+/// updates and scan back in one kernel) and a fused kernel per moment product its order's
+/// equations have (first order's output, hla2's output and `W K`, third order's output,
+/// `W K` and `W V`, AHLA's `A B` and `A V`), which adds each read's term of `∂Q` too (and
+/// of the gates' gradient).
 #[test]
 fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
     let _turn = turn();
-    for (op, reads, products) in [
+    let orders = [
         (Operator::Hla2Chunked, 2, 2),
         (Operator::Hla3Chunked, 3, 3),
         (Operator::LinearChunked, 1, 1),
         (Operator::AhlaChunked, 2, 2),
-    ] {
+    ];
+    let cases = [Gating::Fixed, Gating::Data]
+        .into_iter()
+        .flat_map(|gating| orders.map(|order| (order, gating)));
+    for ((op, reads, products), gating) in cases {
         let device = gpu().autodiff();
-        let inputs = inputs(&device);
+        let inputs = gated_inputs(gating, &device);
         let (_, blocks) = blocks(&device, || pass(op, Kernels::Nodes, &inputs, &device))
             .expect("a dry run of the pass");
         let ran = |name: &str| -> usize {
@@ -199,12 +220,16 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
                 .sum()
         };
         // The forward pass's passes, one per state part, and the backward's.
-        assert_eq!(ran("chunk_pass"), 2 * reads, "{op:?}: the passes");
-        assert_eq!(ran("chunk_scan"), 0, "{op:?}: a scan beside the passes");
+        assert_eq!(
+            ran("chunk_pass"),
+            2 * reads,
+            "{op:?} {gating:?}: the passes"
+        );
+        assert_eq!(ran("chunk_scan"), 0, "{op:?} {gating:?}: a scan");
         assert_eq!(
             ran("moment_grads"),
             products,
-            "{op:?}: the moment product's kernel"
+            "{op:?} {gating:?}: the moment product's kernel"
         );
     }
 }
@@ -235,9 +260,15 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     let matmuls: f64 = on_lavapipe.iter().map(|b| b.matmul_flops).sum();
     assert!(matmuls > 0.0, "lavapipe's own plan falls back to matmuls");
 
-    let steps = form_cost(Operator::Hla2Chunked, Kernels::Nodes, &wide, &gpu())
-        .expect("the cost model reads the node")
-        .expect("hla2 has a node");
+    let steps = form_cost(
+        Operator::Hla2Chunked,
+        Kernels::Nodes,
+        &wide,
+        Gating::Fixed,
+        &gpu(),
+    )
+    .expect("the cost model reads the node")
+    .expect("hla2 has a node");
     let matmul =
         |s: &&hla_model::bench::cost::Step| s.engine == hla_model::bench::cost::Engine::Matmul;
     assert_eq!(steps.iter().filter(matmul).count(), 0, "{steps:?}");

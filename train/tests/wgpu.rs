@@ -187,6 +187,7 @@ fn bench_models_the_cost_of_every_gpu_form() {
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
     let cost = &report["cost"];
     assert_eq!(cost["gpu"], "H100 SXM", "{report}");
+    assert_eq!(cost["gates"], "fixed", "{report}");
     assert_eq!(
         (cost["time"].as_u64(), cost["chunk"].as_u64()),
         (Some(40), Some(16))
@@ -225,4 +226,40 @@ fn bench_models_the_cost_of_every_gpu_form() {
             "{mixer}: {report}"
         );
     }
+}
+
+/// `hla bench --only cost --gates data` reads the forms with data-dependent gates and
+/// their gradient: the report says so, and hla2's node, whose fused kernels take such
+/// gates, still launches fewer kernels than its composed form.
+#[test]
+fn bench_models_the_cost_with_data_dependent_gates() {
+    let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
+        "bench",
+        "--device",
+        "wgpu",
+        "--only",
+        "cost",
+        "--cost-shape",
+        "2,2,40,8",
+        "--chunk",
+        "16",
+        "--mixer",
+        "hla2",
+        "--cost-form",
+        "node,composed",
+        "--gates",
+        "data",
+        "--json",
+    ]));
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(report["cost"]["gates"], "data", "{report}");
+    let rows = report["cost"]["rows"].as_array().expect("cost rows");
+    let launches: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| (r["form"].as_str().unwrap(), r["launches"].as_u64().unwrap()))
+        .collect();
+    let [("node", node), ("composed", composed)] = launches[..] else {
+        panic!("a node and a composed row: {report}");
+    };
+    assert!(node < composed, "{report}");
 }

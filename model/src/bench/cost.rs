@@ -23,7 +23,7 @@
 
 use burn::prelude::*;
 
-use super::{Operator, OperatorInputs, Shape5};
+use super::{Gating, Operator, OperatorInputs, Shape5};
 use crate::backend::cost::{Block, blocks};
 use crate::backend::gpu::PlannedShared;
 use crate::backend::{Kernels, kernels, set_kernels};
@@ -58,22 +58,26 @@ pub struct Step {
     pub bytes: f64,
 }
 
-/// The steps of `op`'s forward and backward pass at `shape` with `route`'s kernels
-/// ([`Kernels::All`]: the hand-written GPU kernels; [`Kernels::Nodes`]: the node;
-/// [`Kernels::None`]: the composed form), read on `device`, a CubeCL device. `None` where
-/// the form does not exist (no node for softmax attention or the recurrence).
+/// The steps of `op`'s forward and backward pass at `shape` with `gating`'s gates and
+/// `route`'s kernels ([`Kernels::All`]: the hand-written GPU kernels; [`Kernels::Nodes`]:
+/// the node; [`Kernels::None`]: the composed form), read on `device`, a CubeCL device.
+/// `None` where the form does not exist (no node for softmax attention or the recurrence).
+/// Where a form cannot take the gates (the hand-written kernels and data-dependent gates),
+/// its steps are those of what runs instead.
 pub fn form_cost(
     op: Operator,
     route: Kernels,
     shape: &Shape5,
+    gating: Gating,
     device: &Device,
 ) -> Result<Option<Vec<Step>>, String> {
     if op == Operator::Hla2Recurrent || (route == Kernels::Nodes && !op.has_node()) {
         return Ok(None);
     }
-    let observed = observe(op, route, shape, device, true)?;
+    let problem = Problem { shape, gating };
+    let observed = observe(op, route, problem, device, true)?;
     let kernel_flops = match route {
-        Kernels::All => Some(KernelFlops::of(op, shape, device)?),
+        Kernels::All => Some(KernelFlops::of(op, problem, device)?),
         _ => None,
     };
     let steps = observed
@@ -84,12 +88,19 @@ pub fn form_cost(
     Ok(Some(steps))
 }
 
+/// An operator's problem: its shape and gates.
+#[derive(Clone, Copy)]
+struct Problem<'a> {
+    shape: &'a Shape5,
+    gating: Gating,
+}
+
 /// The blocks of one pass of `op` (forward and backward when `backward`) with `route`'s
-/// kernels at `shape`.
+/// kernels on `problem`.
 fn observe(
     op: Operator,
     route: Kernels,
-    shape: &Shape5,
+    Problem { shape, gating }: Problem,
     device: &Device,
     backward: bool,
 ) -> Result<Vec<Block>, String> {
@@ -101,7 +112,7 @@ fn observe(
     } else {
         device.clone()
     };
-    let inputs = OperatorInputs::random(shape, &device);
+    let inputs = OperatorInputs::gated(shape, gating, &device);
     let form = Form::Chunked(shape.chunk);
     let ran = blocks(&device, || {
         if backward {
@@ -126,7 +137,7 @@ struct KernelFlops {
 impl KernelFlops {
     /// From the form whose products the kernels compute: the node's for the HLA orders,
     /// the composed form's at causal cost for the attention.
-    fn of(op: Operator, shape: &Shape5, device: &Device) -> Result<Self, String> {
+    fn of(op: Operator, problem: Problem, device: &Device) -> Result<Self, String> {
         let (route, share) = if op.has_node() {
             (Kernels::Nodes, 1.0)
         } else {
@@ -141,13 +152,15 @@ impl KernelFlops {
                 .filter_map(|b| node_kernel(b, b.custom.as_deref()?));
             steps.map(|step| step.flops).sum()
         };
-        let forward_blocks = observe(op, route, shape, device, false)?;
-        let both_blocks = observe(op, route, shape, device, true)?;
+        let forward_blocks = observe(op, route, problem, device, false)?;
+        let both_blocks = observe(op, route, problem, device, true)?;
         let (forward, both) = (matmuls(&forward_blocks), matmuls(&both_blocks));
         // The node's fused forward kernels are no matmuls: what they took is the chunk
         // equations' count less the forward's matmuls, in both passes; its fused backward
         // kernels count their own products.
-        let fused = op.chunked_flops(shape).map_or(0.0, |all| all - forward);
+        let fused = op
+            .chunked_flops(problem.shape)
+            .map_or(0.0, |all| all - forward);
         let backward_kernels = kernels(&both_blocks) - kernels(&forward_blocks);
         Ok(Self {
             forward: forward + fused,

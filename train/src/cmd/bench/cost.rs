@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 use burn::prelude::*;
-use hla_model::bench::Shape5;
+use hla_model::bench::{Gating, Shape5};
 use serde::{Deserialize, Serialize};
 
 /// A form the cost model reads (`--cost-form`).
@@ -99,6 +99,10 @@ pub(super) struct Cost {
     pub time: usize,
     pub d: usize,
     pub chunk: usize,
+    /// The gates ([`Gating`]'s name; reports written before the option say none: theirs
+    /// were fixed).
+    #[serde(default = "super::fixed_gates")]
+    pub gates: String,
     pub rows: Vec<CostRow>,
 }
 
@@ -134,10 +138,15 @@ impl CostForm {
     }
 }
 
-/// The cost of the selected mixers' forms at `shape` on `gpu`, read on `device` (a
-/// CubeCL device).
+/// The cost of the selected mixers' forms at `shape` with `gates` on `gpu`, read on
+/// `device` (a CubeCL device).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu, only: Selection) -> Result<Cost> {
+pub(super) fn cost(
+    device: &Device,
+    (shape, gates): (&Shape5, Gating),
+    gpu: Gpu,
+    only: Selection,
+) -> Result<Cost> {
     use anyhow::anyhow;
     use hla_model::bench::cost::form_cost;
 
@@ -155,7 +164,7 @@ pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu, only: Selection) -
         for (route, form) in forms {
             let form = form.name();
             eprintln!("cost: {mixer} {form}");
-            let steps = form_cost(op, route, shape, device)
+            let steps = form_cost(op, route, shape, gates, device)
                 .map_err(|e| anyhow!("reading the {form} form of {mixer}: {e}"))?;
             if let Some(steps) = steps {
                 rows.push(row(mixer, form, &steps, gpu.peaks()));
@@ -169,13 +178,19 @@ pub(super) fn cost(device: &Device, shape: &Shape5, gpu: Gpu, only: Selection) -
         time: shape.time,
         d: shape.d,
         chunk: shape.chunk,
+        gates: gates.name().into(),
         rows,
     })
 }
 
 /// No GPU device compiled in: the cost model has nothing to read.
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-pub(super) fn cost(_device: &Device, _shape: &Shape5, _gpu: Gpu, _only: Selection) -> Result<Cost> {
+pub(super) fn cost(
+    _device: &Device,
+    _problem: (&Shape5, Gating),
+    _gpu: Gpu,
+    _only: Selection,
+) -> Result<Cost> {
     Err(not_cubecl())
 }
 
@@ -211,9 +226,10 @@ fn row(mixer: &str, form: &str, steps: &[hla_model::bench::cost::Step], peaks: P
 
 /// The cost model's table.
 pub(super) fn render(md: &mut String, cost: &Cost) {
+    let gates = super::render::gates_note(&cost.gates);
     let _ = writeln!(
         md,
-        "## Cost model: forward+backward on an {} (B{} H{} T{} d{}, chunk {}, f32)\n\n\
+        "## Cost model: forward+backward on an {} (B{} H{} T{} d{}, chunk {}, f32{gates})\n\n\
          | mixer | form | launches | GFLOP | GB moved | roofline ms |\n\
          |---|---|---:|---:|---:|---:|",
         cost.gpu, cost.batch, cost.heads, cost.time, cost.d, cost.chunk

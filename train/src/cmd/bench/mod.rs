@@ -84,7 +84,7 @@ pub struct Args {
     /// flash-linear-attention's published chunk_gla figure).
     #[arg(long, value_name = "B,H,D", default_value = "1,4,64", value_parser = parse_problem)]
     operator_shape: Problem,
-    /// Operators and sweep sections: the operators' gates, `fixed` (the language model's
+    /// Operators, sweep and cost sections: the operators' gates, `fixed` (the language model's
     /// default multi-scale decay, which needs no gradient) or `data` (data-dependent gates
     /// with their gradient, as the `gated` decay has).
     #[arg(long, default_value = "fixed", value_parser = parse_gates)]
@@ -321,7 +321,7 @@ fn measure(args: &Args) -> Result<Report> {
         };
         Some(cost::cost(
             &device,
-            &shape(problem, time, chunk),
+            (&shape(problem, time, chunk), args.gates),
             args.gpu,
             only,
         )?)

@@ -46,14 +46,20 @@ pub(super) fn median(report: &Report, operator: &str, pass: &str, time: usize) -
         .map(|r| r.timing.median_s)
 }
 
+/// What a header says of the gates named `gates` ([`hla_model::bench::Gating`]'s names):
+/// nothing of the default.
+pub(super) fn gates_note(gates: &str) -> &'static str {
+    match gates {
+        "data" => ", data-dependent gates",
+        _ => "",
+    }
+}
+
 pub(super) fn render(report: &Report) -> String {
     let mut md = String::new();
     let passes = passes(report.segment);
     // The cost model states its own shape; the problem here is the timed sections'.
-    let gates = match report.gates.as_str() {
-        "data" => ", data-dependent gates",
-        _ => "",
-    };
+    let gates = gates_note(&report.gates);
     let _ = match timed(report) {
         true => writeln!(
             md,
