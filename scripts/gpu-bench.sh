@@ -3,11 +3,12 @@
 # minutes (a GPU machine may be at hand for minutes only; each step has its time limit).
 # First the values, every device at once: the GPU tests on the real device (the kernels
 # against their composed forms, wgpu) and `hla verify` (every operator's forms agree on the
-# device, wgpu and cuda). Then the times, the GPU kernels against the nodes and the
-# composed forms in the same rounds: the operators at flash-linear-attention's published chunk_gla shape (B4
-# T2048 H16 d128, chunk 64) and plain matmuls, PyTorch's references where PyTorch sees the
-# GPU, nanoGPT's training step and one sequence of 2048 (`train`), third order. Into
-# experiments/bench/gpu-<device>/ (tests.txt, verify.txt, b4-h16-d128/ and train/ with
+# device, wgpu and cuda; again as the node, with its gradients: verify-node.txt). Then the
+# times, the GPU kernels against the nodes and the composed forms in the same rounds: the
+# operators at flash-linear-attention's published chunk_gla shape (B4 T2048 H16 d128, chunk
+# 64) and plain matmuls, PyTorch's references where PyTorch sees the GPU, nanoGPT's training
+# step and one sequence of 2048 (`train`), third order. Into experiments/bench/gpu-<device>/
+# (tests.txt, verify.txt, verify-node.txt, b4-h16-d128/ and train/ with
 # bench.json and bench.md) and experiments/bench/gpu-machine.txt. First run on an NVIDIA
 # H200 on 2026-12-04 (experiments/bench/README.md).
 #
@@ -109,7 +110,7 @@ fi
 # First the values, on every device at once (they took 2 to 3 minutes each on an H200,
 # mostly compiling kernels: side by side they fit the time): the GPU tests (the kernels
 # against their composed forms, on wgpu's default device, the GPU), then `hla verify`
-# (every operator's forms agree on the device). A device the binary lacks, or one this
+# (every operator's forms agree on the device; the node's, with its gradients, too). A device the binary lacks, or one this
 # machine cannot open, is left out of the timings.
 for device in $devices; do
     out="experiments/bench/gpu-$device"
@@ -119,12 +120,18 @@ for device in $devices; do
             echo "gpu-bench: the GPU tests failed or stopped (see $out/tests.txt)" >&2; } &
     fi
     timeout "$(limit 200)" "$hla" verify --device "$device" >"$out/verify.txt" 2>&1 &
+    # The node (its fused kernels on this device) forward and backward against the
+    # reference: the cuda code of its kernels has run nowhere else.
+    timeout "$(limit 200)" "$hla" verify --device "$device" --form node --gradients \
+        >"$out/verify-node.txt" 2>&1 &
 done
 wait
 present=()
 for device in $devices; do
     out="experiments/bench/gpu-$device"
-    cat "$out/tests.txt" "$out/verify.txt" 2>/dev/null || true
+    cat "$out/tests.txt" "$out/verify.txt" "$out/verify-node.txt" 2>/dev/null || true
+    tail -n 1 "$out/verify-node.txt" 2>/dev/null | grep -q "^all forms agree" ||
+        echo "gpu-bench: $device: the node's forms or gradients disagree, or it stopped (see $out/verify-node.txt)" >&2
     if tail -n 1 "$out/verify.txt" | grep -q "^all forms agree"; then
         present+=("$device")
     else

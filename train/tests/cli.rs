@@ -415,6 +415,70 @@ fn bench_takes_data_dependent_gates() {
     assert!(stderr.contains("not one of fixed, data"), "{stderr}");
 }
 
+/// `hla verify` on the CPU: every order's forms agree with no decay, the fixed decay and
+/// data-dependent gates, each output kind; with `--gradients` the chunked form's gradients
+/// agree with the reference's too (but where f32 cannot tell them apart, shown as `-`),
+/// run as its node (`--form node`) as well as by default.
+#[test]
+fn verify_checks_the_forms_and_their_gradients() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = ok(
+        dir.path(),
+        &[
+            "verify", "--device", "flex", "--time", "70", "--chunk", "16",
+        ],
+    );
+    assert_eq!(plain.lines().count(), 1 + 4 * 3 * 2 + 1, "{plain}");
+    assert!(
+        plain.lines().last().unwrap().starts_with("all forms agree"),
+        "{plain}"
+    );
+    for decay in ["none", "fixed", "data"] {
+        assert!(
+            plain
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(decay)),
+            "{plain}"
+        );
+    }
+    assert!(
+        plain.lines().skip(1).take(24).all(|l| l.ends_with(" -")),
+        "{plain}"
+    );
+    for form in [&[][..], &["--form", "node"]] {
+        let args = [
+            &[
+                "verify",
+                "--device",
+                "flex",
+                "--time",
+                "70",
+                "--chunk",
+                "16",
+                "--gradients",
+            ][..],
+            form,
+        ]
+        .concat();
+        let checked = ok(dir.path(), &args);
+        let rows: Vec<&str> = checked.lines().skip(1).take(24).collect();
+        let unchecked: Vec<&&str> = rows.iter().filter(|l| l.ends_with(" -")).collect();
+        assert_eq!(unchecked.len(), 1, "{checked}");
+        assert!(
+            unchecked[0].starts_with("Third       none   normalized"),
+            "{checked}"
+        );
+        assert!(
+            checked
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("all forms agree"),
+            "{checked}"
+        );
+    }
+}
+
 /// `hla bench --only decode`: every mixer at every position, each timed over the same
 /// rounds; HLA's state bytes do not grow, softmax attention's KV cache does; only the
 /// decode section is rendered.

@@ -1,47 +1,6 @@
 //! Which forms of an operator, or of a training step's ops, the bench measures.
 
-use hla_model::backend::Kernels;
-
-/// Which form of an operator, or of a training step's ops, a case runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(super) enum Route {
-    /// The hand-written kernels (the CPU's, or the GPU's, which training leaves off).
-    #[value(name = "fused")]
-    Kernels,
-    /// The chunked HLA's node (`Kernels::Nodes`), every other op as by default.
-    Node,
-    /// The composed forms.
-    Composed,
-}
-
-impl Route {
-    /// The kernels the case runs with ([`Kernels::default`] puts the default back).
-    pub(super) fn kernels(self) -> Kernels {
-        match self {
-            Self::Kernels => Kernels::All,
-            Self::Node => Kernels::Nodes,
-            Self::Composed => Kernels::None,
-        }
-    }
-
-    /// The form's name in the training steps' table.
-    pub(super) fn form(self) -> &'static str {
-        match self {
-            Self::Kernels => "fused",
-            Self::Node => "node",
-            Self::Composed => "composed",
-        }
-    }
-
-    /// The suffix of the operator's name in a row (none for an operator's one form).
-    pub(super) fn suffix(self) -> &'static str {
-        match self {
-            Self::Kernels => "",
-            Self::Node => " node",
-            Self::Composed => " composed",
-        }
-    }
-}
+pub(super) use crate::cmd::forms::Route;
 
 /// The forms the train and operators sections measure: `--composed`'s and `--form`'s.
 #[derive(Clone, Debug, Default)]
