@@ -286,17 +286,20 @@ fn the_nodes_kernels_compile_to_ptx() {
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
     // A state's pass over the chunks, forward (the updates `Kᵀ diag(e^p) U` inside) and
-    // back from zeros (`Qᵀ diag(a^p) ∂Y`).
+    // back from zeros (`Qᵀ diag(a^p) ∂Y`) with the dots for the gates' gradient.
     for back in [false, true] {
         let walk = Walk {
             decayed: true,
             back,
             zero_start: back,
+            dots: back,
         };
         let pass = pass_kernel::PassKernel::new(
             settings(256),
             properties(),
             target(),
+            tensor(),
+            tensor(),
             tensor(),
             tensor(),
             tensor(),

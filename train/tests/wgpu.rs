@@ -165,12 +165,10 @@ fn bench_counts_the_kernels_of_a_step_on_wgpu() {
     );
 }
 
-/// `hla bench --only cost` gives a row of every GPU form of every mixer (no node for the
-/// softmax attention), read off the device's launch plans: the hand-written kernels launch
-/// fewer kernels than the composed form, and the roofline has a time for each.
-#[test]
-fn bench_models_the_cost_of_every_gpu_form() {
-    let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
+/// The JSON report of `hla bench --device wgpu --only cost` at B2 H2 T40 d8 in chunks of 16
+/// with `extra` arguments.
+fn cost_report(extra: &[&str]) -> serde_json::Value {
+    let args = [
         "bench",
         "--device",
         "wgpu",
@@ -180,11 +178,22 @@ fn bench_models_the_cost_of_every_gpu_form() {
         "2,2,40,8",
         "--chunk",
         "16",
-        "--gpu",
-        "h100",
         "--json",
-    ]));
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    ];
+    let stdout = stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_hla"))
+            .args(args)
+            .args(extra),
+    );
+    serde_json::from_str(&stdout).expect("JSON on stdout")
+}
+
+/// `hla bench --only cost` gives a row of every GPU form of every mixer (no node for the
+/// softmax attention), read off the device's launch plans: the hand-written kernels launch
+/// fewer kernels than the composed form, and the roofline has a time for each.
+#[test]
+fn bench_models_the_cost_of_every_gpu_form() {
+    let report = cost_report(&["--gpu", "h100"]);
     let cost = &report["cost"];
     assert_eq!(cost["gpu"], "H100 SXM", "{report}");
     assert_eq!(cost["gates"], "fixed", "{report}");
@@ -233,25 +242,14 @@ fn bench_models_the_cost_of_every_gpu_form() {
 /// gates, still launches fewer kernels than its composed form.
 #[test]
 fn bench_models_the_cost_with_data_dependent_gates() {
-    let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args([
-        "bench",
-        "--device",
-        "wgpu",
-        "--only",
-        "cost",
-        "--cost-shape",
-        "2,2,40,8",
-        "--chunk",
-        "16",
+    let report = cost_report(&[
         "--mixer",
         "hla2",
         "--cost-form",
         "node,composed",
         "--gates",
         "data",
-        "--json",
-    ]));
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    ]);
     assert_eq!(report["cost"]["gates"], "data", "{report}");
     let rows = report["cost"]["rows"].as_array().expect("cost rows");
     let launches: Vec<(&str, u64)> = rows

@@ -130,7 +130,7 @@ impl Chunks {
         p: u32,
     ) -> (Tensor<5>, Tensor<4>) {
         #[cfg(gpu_kernels)]
-        if let Some(passed) = fused::pass::pass(initial.as_ref(), [k, u], (decay, p), false) {
+        if let Some(passed) = fused::pass::pass(initial.as_ref(), [k, u], (decay, p)) {
             return passed;
         }
         let updates = k

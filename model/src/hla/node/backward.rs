@@ -67,9 +67,10 @@ impl Backward {
     /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose);
     /// gathers `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`) and the gates' parts from `a^p` and
     /// `ρ^p`. On a GPU device the updates and the scan back are one kernel
-    /// (`crate::hla::chunks::fused::pass`), and `∂Q`'s term (with `a^p`'s part of the
-    /// gates' gradient) is left to the next product, which must take the same `∂Y` (every
-    /// order's backward pass reads a state, then runs the product of the same gradient).
+    /// (`crate::hla::chunks::fused::pass`), which also gives `ρ^p`'s part; `∂Q`'s term
+    /// (with `a^p`'s part of the gates' gradient) is left to the next product, which must
+    /// take the same `∂Y` (every order's backward pass reads a state, then runs the product
+    /// of the same gradient).
     pub(crate) fn read(
         &mut self,
         q: &Tensor<5>,
@@ -91,12 +92,24 @@ impl Backward {
                 false => [q, &dy],
                 true => [&dy, q],
             };
-            let back =
-                crate::hla::chunks::fused::pass::pass(x_last.as_ref(), ku, (&self.decay, p), true);
-            if let Some((after, first)) = back {
-                self.gather_whole(&after, &pending);
+            let starts = self.gate.as_ref().map(|_| &pending.x_start);
+            let back = crate::hla::chunks::fused::pass::pass_back(
+                x_last.as_ref(),
+                ku,
+                (&self.decay, p),
+                starts,
+            );
+            if let Some(walked) = back {
+                let after = walked.states;
+                match (&mut self.gate, walked.dots) {
+                    (Some(gate), Some(dots)) => gate.whole(f64::from(p), dots),
+                    _ => self.gather_whole(&after, &pending),
+                }
                 self.pending = Some(pending);
-                return Read { after, first };
+                return Read {
+                    after,
+                    first: walked.end,
+                };
             }
         }
         let ady = self.decay.since_start(dy, f64::from(p));
