@@ -34,6 +34,8 @@ pub struct Block {
     pub custom: Option<String>,
     /// The shapes of that custom op's inputs (none without one).
     pub custom_inputs: Vec<Vec<usize>>,
+    /// The shapes of its outputs.
+    pub custom_outputs: Vec<Vec<usize>>,
 }
 
 /// Runs `work` as a dry run on `device` (a CubeCL device) and returns the blocks it ran,
@@ -137,14 +139,17 @@ fn made_in(ran: &Ran) -> impl Iterator<Item = &TensorIr> {
 }
 
 fn cost(ran: &Ran, read_later: &HashSet<TensorId>) -> Block {
-    let (custom, custom_inputs) = ran
+    let shapes = |tensors: &[TensorIr]| tensors.iter().map(|t| t.shape.to_vec()).collect();
+    let (custom, custom_inputs, custom_outputs) = ran
         .operations
         .iter()
         .find_map(|op| match op {
-            OperationIr::Custom(CustomOpIr { id, inputs, .. }) => Some((
-                Some(id.clone()),
-                inputs.iter().map(|t| t.shape.to_vec()).collect(),
-            )),
+            OperationIr::Custom(CustomOpIr {
+                id,
+                inputs,
+                outputs,
+                ..
+            }) => Some((Some(id.clone()), shapes(inputs), shapes(outputs))),
             _ => None,
         })
         .unwrap_or_default();
@@ -156,6 +161,7 @@ fn cost(ran: &Ran, read_later: &HashSet<TensorId>) -> Block {
             bytes: 0.0,
             custom,
             custom_inputs,
+            custom_outputs,
         };
     }
     let made: HashSet<TensorId> = made_in(ran).map(|t| t.id).collect();
@@ -192,6 +198,7 @@ fn cost(ran: &Ran, read_later: &HashSet<TensorId>) -> Block {
         bytes,
         custom,
         custom_inputs,
+        custom_outputs,
     }
 }
 

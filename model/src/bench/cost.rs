@@ -201,8 +201,8 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
 
 /// A block that ran one of the node's fused kernels (`crate::hla::chunks::fused`,
 /// `crate::hla::second::fused`, `crate::hla::node::fused`): one cube per chunk of every
-/// sequence, the FLOPs of its products, no global traffic but its inputs and outputs (it
-/// reads each once into shared memory).
+/// sequence (a pass: per tile of every sequence's state), the FLOPs of its products, no
+/// global traffic but its inputs and outputs (it reads each once into shared memory).
 fn node_kernel(block: &Block, id: &str) -> Option<Step> {
     let inputs = &block.custom_inputs;
     let flops = crate::hla::chunks::fused::flops(id, inputs)
@@ -210,7 +210,8 @@ fn node_kernel(block: &Block, id: &str) -> Option<Step> {
         .or_else(|| crate::hla::node::fused::flops(id, inputs))?;
     Some(Step {
         engine: Engine::Kernel {
-            cubes: inputs[0][0],
+            cubes: crate::hla::chunks::fused::pass::planned_cubes(id, &block.custom_outputs, UNITS)
+                .unwrap_or(inputs[0][0]),
         },
         launches: block.launches,
         flops,

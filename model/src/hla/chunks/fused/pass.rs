@@ -120,11 +120,8 @@ impl ChunkPass for CubeBackend {
             empty(&k, pass.end),
             empty(&k, pass.dots_shape()),
         );
-        // One unit per TILE × TILE block, in cubes of whole warps where a sequence has
-        // fewer blocks than a cube holds.
-        let owned = pass.owned();
-        let dim = CubeDim::new_1d(units(&k).min(owned.next_multiple_of(32) as u32));
-        let tiles = owned.div_ceil(dim.num_elems() as usize);
+        let (dim, tiles) = cube_tiles(pass.owned(), units(&k) as usize);
+        let dim = CubeDim::new_1d(dim as u32);
         pass_kernel::launch(
             &k.client.clone(),
             cubes(&k, bs * h * tiles),
@@ -253,6 +250,26 @@ fn gpu_pass(
     }
 }
 
+/// The units of a cube and the cubes of a sequence for a state of `owned` blocks, with
+/// cubes of at most `units`: one unit per `TILE × TILE` block, in cubes of whole warps
+/// where a sequence has fewer blocks than a cube holds.
+fn cube_tiles(owned: usize, units: usize) -> (usize, usize) {
+    let dim = units.min(owned.next_multiple_of(32));
+    (dim, owned.div_ceil(dim))
+}
+
+/// Cubes of the kernel if fusion's custom op `id` is its, from its outputs' shapes (the
+/// states, `end [b, h, rows, cols]`, ...), with cubes of at most `units`: one per tile of
+/// each sequence's state values.
+pub(crate) fn planned_cubes(id: &str, outputs: &[Vec<usize>], units: usize) -> Option<usize> {
+    if !id.contains("chunk_pass") {
+        return None;
+    }
+    let [b, h, rows, cols] = <[usize; 4]>::try_from(outputs.get(1)?.as_slice()).ok()?;
+    let owned = rows.div_ceil(TILE) * cols.div_ceil(TILE);
+    Some(b * h * cube_tiles(owned, units).1)
+}
+
 /// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`start`,
 /// `k [blocks, c, rows]`, `u [blocks, c, cols]`): the multiply-adds of every chunk's
 /// update and the decay of the state.
@@ -273,6 +290,21 @@ mod tests {
     use super::*;
     use crate::agreement::relative_rms_error;
     use crate::hla::chunks::Chunks;
+
+    /// The cost model's cubes of a pass are its launch's: a cube of whole warps per
+    /// sequence for a small state, cubes of at most `units` for a large one.
+    #[test]
+    fn a_pass_plans_a_cube_per_tile_of_a_sequences_state() {
+        let out = |rows: usize, cols: usize| vec![vec![8, 3, rows * cols], vec![2, 4, rows, cols]];
+        assert_eq!(cube_tiles(4, 256), (32, 1));
+        assert_eq!(cube_tiles(1024, 256), (256, 4));
+        assert_eq!(planned_cubes("chunk_pass", &out(8, 8), 256), Some(8));
+        assert_eq!(
+            planned_cubes("chunk_pass", &out(128, 129), 256),
+            Some(8 * 5)
+        );
+        assert_eq!(planned_cubes("chunk_output", &out(8, 8), 256), None);
+    }
 
     /// The kernel against the composed update and scan (forward: `Kᵀ diag(e^p) U` added
     /// after the decay; back: `Kᵀ diag(a^p) U` from the last chunk), over a ragged last
