@@ -147,20 +147,23 @@ impl Inputs {
     /// The call of `variant` on `device` (the inputs' own, or its autodiff device, where
     /// q, k, v and data-dependent gates are leaves that need a gradient).
     fn of(&self, variant: &Variant, device: &Device) -> Result<HlaInput> {
-        let grad = device.is_autodiff();
-        let on = |x: &Tensor<4>| {
-            let x = Tensor::<4>::from_data(x.to_data(), device);
-            if grad { x.require_grad() } else { x }
-        };
         let gates = variant.gates.map(|gating| match gating {
-            Gating::Fixed => Tensor::<3>::from_data(self.fixed.to_data(), device),
-            Gating::Data => {
-                let g = Tensor::<3>::from_data(self.data.to_data(), device);
-                if grad { g.require_grad() } else { g }
-            }
+            Gating::Fixed => on(&self.fixed, device, false),
+            Gating::Data => on(&self.data, device, true),
         });
-        Ok(HlaInput::new(on(&self.q), on(&self.k), on(&self.v), gates)?)
+        let [q, k, v] = [&self.q, &self.k, &self.v].map(|x| on(x, device, true));
+        Ok(HlaInput::new(q, k, v, gates)?)
     }
+}
+
+/// `x` on `device`: itself on its own device; on an autodiff device a copy, a leaf that
+/// needs a gradient when `leaf`.
+fn on<const D: usize>(x: &Tensor<D>, device: &Device, leaf: bool) -> Tensor<D> {
+    if !device.is_autodiff() {
+        return x.clone();
+    }
+    let x = Tensor::<D>::from_data(x.to_data(), device);
+    if leaf { x.require_grad() } else { x }
 }
 
 fn variants() -> Vec<Variant> {

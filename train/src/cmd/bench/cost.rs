@@ -226,7 +226,7 @@ fn row(mixer: &str, form: &str, steps: &[hla_model::bench::cost::Step], peaks: P
 
 /// The cost model's table.
 pub(super) fn render(md: &mut String, cost: &Cost) {
-    let gates = super::render::gates_note(&cost.gates);
+    let gates = super::gates_note(&cost.gates);
     let _ = writeln!(
         md,
         "## Cost model: forward+backward on an {} (B{} H{} T{} d{}, chunk {}, f32{gates})\n\n\

@@ -385,6 +385,15 @@ fn fixed_gates() -> String {
     Gating::Fixed.name().into()
 }
 
+/// What a header says of the gates named `gates` ([`hla_model::bench::Gating`]'s names):
+/// nothing of the default.
+fn gates_note(gates: &str) -> &'static str {
+    match gates {
+        "data" => ", data-dependent gates",
+        _ => "",
+    }
+}
+
 impl Bench {
     /// Runs `f` once to warm up, then repeatedly for about [`BUDGET_S`] (3 to 15 times),
     /// waiting for the device after each run.

@@ -46,20 +46,11 @@ pub(super) fn median(report: &Report, operator: &str, pass: &str, time: usize) -
         .map(|r| r.timing.median_s)
 }
 
-/// What a header says of the gates named `gates` ([`hla_model::bench::Gating`]'s names):
-/// nothing of the default.
-pub(super) fn gates_note(gates: &str) -> &'static str {
-    match gates {
-        "data" => ", data-dependent gates",
-        _ => "",
-    }
-}
-
 pub(super) fn render(report: &Report) -> String {
     let mut md = String::new();
     let passes = passes(report.segment);
     // The cost model states its own shape; the problem here is the timed sections'.
-    let gates = gates_note(&report.gates);
+    let gates = super::gates_note(&report.gates);
     let _ = match timed(report) {
         true => writeln!(
             md,
