@@ -7,9 +7,10 @@
 # times, the GPU kernels against the nodes and the composed forms in the same rounds: the
 # operators at flash-linear-attention's published chunk_gla shape (B4 T2048 H16 d128, chunk
 # 64) and plain matmuls, PyTorch's references where PyTorch sees the GPU, nanoGPT's training
-# step and one sequence of 2048 (`train`), third order. Into experiments/bench/gpu-<device>/
-# (tests.txt, verify.txt, verify-node.txt, b4-h16-d128/ and train/ with
-# bench.json and bench.md) and experiments/bench/gpu-machine.txt. First run on an NVIDIA
+# step and one sequence of 2048 (`train`), third order, hla2's node with its output step
+# off the tensor cores (cuda). Into experiments/bench/gpu-<device>/ (tests.txt, verify.txt,
+# verify-node.txt, b4-h16-d128/, b4-h16-d128-no-tensor-cores/ and train/ with bench.json
+# and bench.md) and experiments/bench/gpu-machine.txt. First run on an NVIDIA
 # H200 on 2026-12-04 (experiments/bench/README.md).
 #
 #   scripts/gpu-bench.sh --build     on the CPU machine, beforehand: a stripped `hla` with
@@ -171,6 +172,16 @@ for device in "${present[@]}"; do
     timeout "$(limit 45)" "$hla" bench --device "$device" --quick --only operators --composed \
         --operator-shape 4,16,128 --time 2048 --operator hla3-chunked --out "$out/b4-h16-d128-hla3" ||
         echo "gpu-bench: $device third order stopped (exit $?)" >&2
+done
+# hla2's node with its output step on the register tiles, against the tensor cores of the
+# operators above (cuda alone has them).
+for device in "${present[@]}"; do
+    [ "$device" = cuda ] || continue
+    out="experiments/bench/gpu-$device"
+    timeout "$(limit 30)" "$hla" bench --device "$device" --quick --only operators --form node \
+        --operator-shape 4,16,128 --time 2048 --operator hla2-chunked --tensor-cores off \
+        --out "$out/b4-h16-d128-no-tensor-cores" ||
+        echo "gpu-bench: $device node without tensor cores stopped (exit $?)" >&2
 done
 # The cost model at the same shape, with this GPU's peaks, to read the times above against.
 gpu=h200

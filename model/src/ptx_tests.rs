@@ -1,9 +1,9 @@
 //! The CUDA code generation of the GPU kernels, checked without a GPU
 //! (`scripts/cuda-build.sh --test`): cubecl-cuda turns kernels into PTX with LLVM's NVPTX
 //! target, and the LLVM the build linked (Debian's LLVM 22 standing in for tracel's
-//! bundle) compiles a toolchain probe, a TF32 tensor-core tile product (`cmma`, what the
-//! fused kernels' products would run on) and every kernel the node, the fused chunk
-//! steps and the tiled attention launch, at flash-linear-attention's head width (d 128,
+//! bundle) compiles a toolchain probe, a TF32 tensor-core tile product (`cmma`) and every
+//! kernel the node (its output step on TF32 tensor cores too), the fused chunk steps and
+//! the tiled attention launch, at flash-linear-attention's head width (d 128,
 //! chunks of 64) for an H100/H200 (sm_90).
 
 use std::ffi::CStr;
@@ -19,8 +19,10 @@ use cubecl::{Compiler, CubeKernel};
 use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
+use crate::backend::gpu::mma::Mma;
 use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel};
 use crate::hla::chunks::fused::pass_kernel::{Walk, pass_kernel};
+use crate::hla::chunks::fused::tiles::output_tiles_kernel;
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
 use crate::hla::node::fused::kernel::{Sums, grads_kernel};
@@ -30,6 +32,14 @@ use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
 /// Tokens per chunk, and the head width of queries, keys and values.
 const C: usize = 64;
 const D: usize = 128;
+/// The tile kernels' fragments on an H100/H200: TF32 16 × 16 × 8, warps of 32.
+const TF32_TILES: Mma = Mma {
+    m: 16,
+    n: 16,
+    k: 8,
+    plane: 32,
+    tensor: true,
+};
 /// The attention's tiles of queries and of keys.
 const TILE: usize = 64;
 
@@ -285,6 +295,33 @@ fn the_nodes_kernels_compile_to_ptx() {
         1,
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
+    // The output step on TF32 tensor cores (four warps), `X` by rows and by columns.
+    for transposed in [false, true] {
+        let tiles = output_tiles_kernel::OutputTilesKernel::new(
+            settings(128),
+            properties(),
+            target(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            gates(),
+            (),
+            C,
+            D,
+            D,
+            true,
+            true,
+            transposed,
+            TF32_TILES,
+        );
+        let ptx = ptx(tiles, 90);
+        assert_module("output_tiles_kernel", &ptx, &["mma.sync", ".tf32"]);
+        assert_module("output_tiles_kernel", &ptx, &shared);
+    }
     // A state's pass over the chunks, forward (the updates `Kᵀ diag(e^p) U` inside) and
     // back from zeros (`Qᵀ diag(a^p) ∂Y`) with the dots for the gates' gradient.
     for back in [false, true] {

@@ -387,9 +387,10 @@ fn bench_takes_the_operators_and_lengths() {
 }
 
 /// `hla bench --gates data` times the operators on data-dependent gates with their
-/// gradient (reported, and named in the tables' header); an unknown kind gets one message.
+/// gradient, and `--tensor-cores off` with the register tiles (each reported, and named in
+/// the tables' header); an unknown kind or switch gets one message.
 #[test]
-fn bench_takes_data_dependent_gates() {
+fn bench_takes_data_dependent_gates_and_the_tensor_cores_switch() {
     let args = [
         "--operator-shape",
         "1,1,8",
@@ -401,18 +402,29 @@ fn bench_takes_data_dependent_gates() {
         "40",
         "--gates",
         "data",
+        "--tensor-cores",
+        "off",
     ];
     let (report, tables) = quick_bench("operators", &args);
     assert_eq!(report["gates"], "data", "{report}");
+    assert_eq!(report["tensor_cores"], false, "{report}");
     let rows = report["operators"].as_array().expect("operator rows");
     assert_eq!(rows.len(), 4, "node and composed, two passes: {report}");
-    assert!(tables.contains(", data-dependent gates)"), "{tables}");
+    assert!(
+        tables.contains(", data-dependent gates, tensor cores off)"),
+        "{tables}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
-    let output = hla(dir.path(), &["bench", "--gates", "learned"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("not one of fixed, data"), "{stderr}");
+    for (args, message) in [
+        (["bench", "--gates", "learned"], "not one of fixed, data"),
+        (["bench", "--tensor-cores", "yes"], "expected `on` or `off`"),
+    ] {
+        let output = hla(dir.path(), &args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+    }
 }
 
 /// `hla verify` on the CPU: every order's forms agree with no decay, the fixed decay and

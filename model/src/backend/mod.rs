@@ -83,6 +83,37 @@ pub fn kernels() -> Kernels {
     }
 }
 
+/// Where the GPU kernels' tile products run (those written for them: the output step of
+/// the node's forward pass).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TensorCores {
+    /// On the tensor cores where the device has them (TF32 `cmma`: CUDA from sm_80 on),
+    /// elsewhere the register-tile kernels.
+    #[default]
+    Device,
+    /// The register-tile kernels everywhere: to measure what the tensor cores gain.
+    Off,
+    /// Emulated where the device has no tensor cores (each unit computes the values its
+    /// lane's fragments would hold): the tests check the tiling on lavapipe with it.
+    Emulated,
+}
+
+static TENSOR_CORES: AtomicU8 = AtomicU8::new(TensorCores::Device as u8);
+
+/// Sets where the GPU kernels' tile products run, process-wide.
+pub fn set_tensor_cores(tensor_cores: TensorCores) {
+    TENSOR_CORES.store(tensor_cores as u8, Ordering::Relaxed);
+}
+
+/// Where the GPU kernels' tile products run.
+pub fn tensor_cores() -> TensorCores {
+    match TENSOR_CORES.load(Ordering::Relaxed) {
+        0 => TensorCores::Device,
+        1 => TensorCores::Off,
+        _ => TensorCores::Emulated,
+    }
+}
+
 /// Whether an op on `x` takes its CPU kernel: f32 on a CPU device, CPU kernels on.
 pub(crate) fn takes_cpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
     kernels() != Kernels::None && x.dtype() == DType::F32 && on_cpu(&x.device())

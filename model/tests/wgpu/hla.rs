@@ -8,7 +8,7 @@ use hla_model::hla::{
 };
 
 use crate::common::{Case, Gates, Rng, input, rel_rms};
-use crate::{TOL, cap_grid, cap_rows, cpu, gpu, kernels, launched, to_cpu};
+use crate::{TOL, cap_grid, cap_rows, cpu, emulate_tensor_cores, gpu, kernels, launched, to_cpu};
 
 /// Everything one call computes, by name: the output, the final state, and the gradients
 /// of `Σ o·r₀ + Σ_i Σ state_i·r_i` (random r) with respect to q, k, v and the log gates.
@@ -176,6 +176,45 @@ fn nodes_match_their_composed_forms() {
         worst = worst.max(err);
     }
     eprintln!("Nodes vs composed forms: largest relative RMS error {worst:.2e}");
+}
+
+/// The nodes with their output step on tensor-core tiles, emulated on lavapipe (each unit
+/// computes the accumulator values its lane would hold), against their composed forms as
+/// [`nodes_match_their_composed_forms`]: every order (p = 1, 2, 3, the third order's
+/// transposed read), with the fixed decay and with data-dependent gates, widths and
+/// chunks of whole fragments (16) over a ragged last chunk; the register-tile output
+/// kernel never runs.
+#[test]
+fn nodes_match_their_composed_forms_on_tensor_core_tiles() {
+    let _switch = kernels(Kernels::Nodes);
+    let _tiles = emulate_tensor_cores();
+    let mut worst: f64 = 0.0;
+    for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
+        for gates in [Gates::Fixed, Gates::Data { lo: 0.85 }] {
+            let case = Case {
+                gates,
+                time: 40,
+                d: 16,
+                dv: 32,
+                heads: 2,
+                init_state: true,
+                ..Case::new(order)
+            };
+            let (err, names) = launched(|| kernel_vs_composed(&case, 16));
+            assert!(
+                names.iter().any(|n| n.contains("output_tiles_kernel")),
+                "{order:?} {gates:?}: the tiles: {names:?}"
+            );
+            assert!(
+                !names.iter().any(|n| n.contains("output_kernel")),
+                "{order:?} {gates:?}: the register tiles ran: {names:?}"
+            );
+            worst = worst.max(err);
+        }
+    }
+    eprintln!(
+        "Nodes on tensor-core tiles vs composed forms: largest relative RMS error {worst:.2e}"
+    );
 }
 
 /// More sequences × heads than one axis of the grid holds (65,535 cubes on wgpu, capped

@@ -88,6 +88,14 @@ fn cap_rows(max: usize) -> Restore {
     Restore(|| hla_model::backend::cap_unit_rows(None))
 }
 
+/// Runs the tile kernels' tensor-core products emulated while the guard lives (lavapipe has
+/// no tensor cores).
+fn emulate_tensor_cores() -> Restore {
+    use hla_model::backend::{TensorCores, set_tensor_cores};
+    set_tensor_cores(TensorCores::Emulated);
+    Restore(|| set_tensor_cores(TensorCores::default()))
+}
+
 /// Undoes a process-wide test setting when dropped (the test holds its [`SWITCH`] turn).
 struct Restore(fn());
 

@@ -3,6 +3,7 @@
 //! units), grids of any size, whether a call's buffers fit the device, and uninitialised
 //! contiguous buffers.
 
+pub(crate) mod mma;
 pub(crate) mod rows;
 
 use std::sync::Arc;

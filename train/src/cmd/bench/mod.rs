@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use burn::prelude::*;
+use hla_model::backend::TensorCores;
 use hla_model::bench::{Gating, Operator, Shape5};
 use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
@@ -121,6 +122,19 @@ pub struct Args {
     /// at full size on the CPU first.
     #[arg(long, value_enum, value_delimiter = ',')]
     cost_form: Vec<CostForm>,
+    /// GPU devices: the tile products of the kernels written for the tensor cores (the
+    /// node's output step), `on` where the device has them (TF32 on CUDA) or `off` (their
+    /// register-tile kernels everywhere, to measure what the tensor cores gain).
+    #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    tensor_cores: bool,
+}
+
+fn parse_on_off(name: &str) -> Result<bool, String> {
+    match name {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{name}`: expected `on` or `off`")),
+    }
 }
 
 fn parse_mixer(name: &str) -> Result<MixerKind, String> {
@@ -234,6 +248,10 @@ struct Report {
     /// none: theirs were fixed).
     #[serde(default = "fixed_gates")]
     gates: String,
+    /// Whether the tile products ran on the tensor cores where the device has them
+    /// (reports written before the option say none: they had no such kernels).
+    #[serde(default = "tensor_cores_on")]
+    tensor_cores: bool,
     /// Absent in reports written before the section existed.
     #[serde(default)]
     train: Vec<TrainRow>,
@@ -283,6 +301,10 @@ fn read_report(path: &std::path::Path) -> Result<Report> {
 fn measure(args: &Args) -> Result<Report> {
     let device = devices::parse(&args.device)?;
     device.seed(args.seed);
+    hla_model::backend::set_tensor_cores(match args.tensor_cores {
+        true => TensorCores::Device,
+        false => TensorCores::Off,
+    });
     let host_memory = args.device != "wgpu";
     let bench = Bench {
         device: device.clone(),
@@ -359,6 +381,7 @@ fn measure(args: &Args) -> Result<Report> {
         d: bench.problem.d,
         dv: bench.problem.d,
         gates: bench.gates.name().into(),
+        tensor_cores: args.tensor_cores,
         train,
         operators,
         decode,
@@ -385,12 +408,24 @@ fn fixed_gates() -> String {
     Gating::Fixed.name().into()
 }
 
+fn tensor_cores_on() -> bool {
+    true
+}
+
 /// What a header says of the gates named `gates` ([`hla_model::bench::Gating`]'s names):
 /// nothing of the default.
 fn gates_note(gates: &str) -> &'static str {
     match gates {
         "data" => ", data-dependent gates",
         _ => "",
+    }
+}
+
+/// What a header says of the tensor cores: nothing of the default.
+fn tensor_cores_note(on: bool) -> &'static str {
+    match on {
+        true => "",
+        false => ", tensor cores off",
     }
 }
 

@@ -51,10 +51,11 @@ pub(super) fn render(report: &Report) -> String {
     let passes = passes(report.segment);
     // The cost model states its own shape; the problem here is the timed sections'.
     let gates = super::gates_note(&report.gates);
+    let cores = super::tensor_cores_note(report.tensor_cores);
     let _ = match timed(report) {
         true => writeln!(
             md,
-            "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes}{gates})\n",
+            "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes}{gates}{cores})\n",
             report.device, report.batch, report.heads, report.d, report.chunk
         ),
         false => writeln!(md, "# hla bench on {}\n", report.device),

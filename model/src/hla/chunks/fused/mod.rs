@@ -18,6 +18,7 @@
 pub(crate) mod kernel;
 pub(crate) mod pass;
 pub(crate) mod pass_kernel;
+pub(crate) mod tiles;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -30,7 +31,8 @@ use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::{cubes, empty, rows_per_unit, shared_bytes, unit_budget};
+use crate::backend::gpu::mma::{Mma, mma, tile_units};
+use crate::backend::gpu::{cubes, empty, rows_per_unit, shared_bytes, unit_budget, units};
 use crate::hla::decay::Decay;
 use kernel::{GatesLaunch, output_kernel, shared_buffer};
 
@@ -116,6 +118,10 @@ impl ChunkOutput for CubeBackend {
             false => empty(&q, [1]),
         };
         let y = empty(&q, [blocks, c, dv]);
+        if let Some(mma) = tiled(&q, c, d, dv) {
+            launch_tiles(q, r, v, x, b, (&m, &y), output, mma);
+            return (m, y);
+        }
         // A unit's rows: q and the sums of Y.
         let (count, dim, per_unit) = grid(&q, blocks, c, d + dv);
         output_kernel::launch(
@@ -141,6 +147,51 @@ impl ChunkOutput for CubeBackend {
         );
         (m, y)
     }
+}
+
+/// The tile products the output step runs on where `q`'s device has tensor cores (or a
+/// test emulates them) and a chunk tiles into their fragments within its shared memory.
+fn tiled(q: &CubeTensor, c: usize, d: usize, dv: usize) -> Option<Mma> {
+    let mma = mma(q)?;
+    let shared = q.client.properties().hardware.max_shared_memory_size;
+    (tiles::tiles_fit(&mma, c, d, dv) && 4 * tiles::tiles_shared(c, d) <= shared).then_some(mma)
+}
+
+/// [`tiles::output_tiles_kernel`] into `(m, y)`, a cube per block.
+#[allow(clippy::too_many_arguments)]
+fn launch_tiles(
+    q: CubeTensor,
+    r: CubeTensor,
+    v: CubeTensor,
+    x: CubeTensor,
+    b: CubeTensor,
+    (m, y): (&CubeTensor, &CubeTensor),
+    output: Output,
+    mma: Mma,
+) {
+    let ([blocks, c, d], dv) = (q.shape().dims::<3>(), v.shape().dims::<3>()[2]);
+    let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
+    tiles::output_tiles_kernel::launch(
+        &q.client.clone(),
+        cubes(&q, blocks),
+        dim,
+        q.into_tensor_arg(),
+        r.into_tensor_arg(),
+        v.into_tensor_arg(),
+        x.into_tensor_arg(),
+        b.into_tensor_arg(),
+        m.clone().into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        output.layout.gate_arg(),
+        output.power as f32,
+        c,
+        d,
+        dv,
+        output.layout.decayed,
+        output.scores,
+        output.transposed,
+        mma,
+    );
 }
 
 /// A cube per block of `c` tokens, and the tokens a unit owns when each token's rows take
