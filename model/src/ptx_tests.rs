@@ -19,7 +19,7 @@ use cubecl::{Compiler, CubeKernel};
 use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
-use crate::backend::gpu::mma::Mma;
+use crate::backend::gpu::mma::CUDA_TF32;
 use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel};
 use crate::hla::chunks::fused::pass_kernel::{Walk, pass_kernel};
 use crate::hla::chunks::fused::tiles::output_tiles_kernel;
@@ -32,14 +32,6 @@ use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
 /// Tokens per chunk, and the head width of queries, keys and values.
 const C: usize = 64;
 const D: usize = 128;
-/// The tile kernels' fragments on an H100/H200: TF32 16 × 16 × 8, warps of 32.
-const TF32_TILES: Mma = Mma {
-    m: 16,
-    n: 16,
-    k: 8,
-    plane: 32,
-    tensor: true,
-};
 /// The attention's tiles of queries and of keys.
 const TILE: usize = 64;
 
@@ -316,7 +308,7 @@ fn the_nodes_kernels_compile_to_ptx() {
             true,
             true,
             transposed,
-            TF32_TILES,
+            CUDA_TF32,
         );
         let ptx = ptx(tiles, 90);
         assert_module("output_tiles_kernel", &ptx, &["mma.sync", ".tf32"]);

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use burn::prelude::*;
 use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
 use hla_model::backend::cost::blocks;
-use hla_model::backend::{Kernels, set_kernels};
-use hla_model::bench::cost::form_cost;
+use hla_model::backend::{Kernels, TensorCores, set_kernels, set_tensor_cores};
+use hla_model::bench::cost::{Engine, Step, form_cost};
 use hla_model::bench::{Gating, Operator, OperatorInputs, Shape5};
 use hla_model::hla::Form;
 
@@ -45,7 +45,8 @@ fn gpu() -> Device {
 
 static SWITCH: Mutex<()> = Mutex::new(());
 
-/// A test's turn at the process-wide kernels; the default comes back when it ends.
+/// A test's turn at the process-wide kernels (and tensor cores); the defaults come back
+/// when it ends.
 struct Turn(#[allow(dead_code)] MutexGuard<'static, ()>);
 
 fn turn() -> Turn {
@@ -55,6 +56,7 @@ fn turn() -> Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         set_kernels(Kernels::default());
+        set_tensor_cores(TensorCores::default());
     }
 }
 
@@ -236,8 +238,9 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
 
 /// At a head width whose tiles lavapipe's 32 KiB of shared memory cannot hold (d = 128:
 /// 96 KiB at chunk 64), the node falls back to its composed steps there (matmuls), but the
-/// cost model plans as the GPU it names (227 KiB): its node runs no matmul, forward or
-/// backward, and its fused kernels are counted though lavapipe could not compile them.
+/// cost model plans as the GPU it names (227 KiB, TF32 tensor cores): its node runs no
+/// matmul, forward or backward, its fused kernels are counted though lavapipe could not
+/// compile them, and its output step runs on the tensor cores unless they are off.
 #[test]
 fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     let _turn = turn();
@@ -269,13 +272,31 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     )
     .expect("the cost model reads the node")
     .expect("hla2 has a node");
-    let matmul =
-        |s: &&hla_model::bench::cost::Step| s.engine == hla_model::bench::cost::Engine::Matmul;
+    let matmul = |s: &&Step| s.engine == Engine::Matmul;
     assert_eq!(steps.iter().filter(matmul).count(), 0, "{steps:?}");
-    let kernels = steps
-        .iter()
-        .filter(|s| matches!(s.engine, hla_model::bench::cost::Engine::Kernel { .. }))
-        .count();
-    // Forward: two passes, the moments, the output; backward: two reads, two products.
-    assert!(kernels >= 7, "{steps:?}");
+    let count = |steps: &[Step], tensor: bool| {
+        let engine = |s: &&Step| match s.engine {
+            Engine::Kernel { .. } => !tensor,
+            Engine::TensorKernel { .. } => tensor,
+            _ => false,
+        };
+        steps.iter().filter(engine).count()
+    };
+    // Forward: two passes, the moments and the output (on the tensor cores: d = dv = 128
+    // and the chunk tile into TF32 fragments); backward: two reads, two products.
+    assert!(count(&steps, false) >= 6, "{steps:?}");
+    assert_eq!(count(&steps, true), 2, "{steps:?}");
+    set_tensor_cores(TensorCores::Off);
+    let off = form_cost(
+        Operator::Hla2Chunked,
+        Kernels::Nodes,
+        &wide,
+        Gating::Fixed,
+        &gpu(),
+    );
+    let off = off
+        .expect("the cost model reads the node")
+        .expect("hla2 has a node");
+    assert_eq!(count(&off, true), 0, "tensor cores off: {off:?}");
+    assert!(count(&off, false) >= 8, "tensor cores off: {off:?}");
 }

@@ -46,6 +46,9 @@ pub enum Engine {
     Memory,
     /// A hand-written kernel on the CUDA cores, with this many cubes (one per SM at most).
     Kernel { cubes: usize },
+    /// A hand-written kernel whose products run on the tensor cores (TF32), with this many
+    /// cubes.
+    TensorKernel { cubes: usize },
 }
 
 /// One step of a form: launches of one engine and their work.
@@ -201,18 +204,22 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
 
 /// A block that ran one of the node's fused kernels (`crate::hla::chunks::fused`,
 /// `crate::hla::second::fused`, `crate::hla::node::fused`): one cube per chunk of every
-/// sequence (a pass: per tile of every sequence's state), the FLOPs of its products, no
-/// global traffic but its inputs and outputs (it reads each once into shared memory).
+/// sequence (a pass: per tile of every sequence's state), the FLOPs of its products (on
+/// the tensor cores where the output step runs as tiles there), no global traffic but its
+/// inputs and outputs (it reads each once into shared memory).
 fn node_kernel(block: &Block, id: &str) -> Option<Step> {
     let inputs = &block.custom_inputs;
     let flops = crate::hla::chunks::fused::flops(id, inputs)
         .or_else(|| crate::hla::second::fused::flops(id, inputs))
         .or_else(|| crate::hla::node::fused::flops(id, inputs))?;
+    let cubes = crate::hla::chunks::fused::pass::planned_cubes(id, &block.custom_outputs, UNITS)
+        .unwrap_or(inputs[0][0]);
+    let engine = match crate::hla::chunks::fused::planned_tiles(id, inputs, CUDA_SHARED_BYTES) {
+        true => Engine::TensorKernel { cubes },
+        false => Engine::Kernel { cubes },
+    };
     Some(Step {
-        engine: Engine::Kernel {
-            cubes: crate::hla::chunks::fused::pass::planned_cubes(id, &block.custom_outputs, UNITS)
-                .unwrap_or(inputs[0][0]),
-        },
+        engine,
         launches: block.launches,
         flops,
         bytes: block.bytes,

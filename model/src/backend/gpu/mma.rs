@@ -28,6 +28,16 @@ pub(crate) struct Mma {
 /// The TF32 fragment shape CUDA's tensor cores take for f32 operands.
 const FRAGMENT: [usize; 3] = [16, 16, 8];
 
+/// The tile products of an H100 or H200 (what the cost model plans for): TF32 fragments,
+/// warps of 32.
+pub(crate) const CUDA_TF32: Mma = Mma {
+    m: FRAGMENT[0],
+    n: FRAGMENT[1],
+    k: FRAGMENT[2],
+    plane: 32,
+    tensor: true,
+};
+
 /// Planes per cube of a tile kernel: four warps (128 units) on CUDA.
 const PLANES: usize = 4;
 

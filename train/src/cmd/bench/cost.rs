@@ -211,6 +211,9 @@ fn row(mixer: &str, form: &str, steps: &[hla_model::bench::cost::Step], peaks: P
             Engine::Matmul => peaks.tf32,
             Engine::Memory => peaks.fp32,
             Engine::Kernel { cubes } => peaks.fp32 * (cubes as f64 / peaks.sms as f64).min(1.0),
+            Engine::TensorKernel { cubes } => {
+                peaks.tf32 * (cubes as f64 / peaks.sms as f64).min(1.0)
+            }
         };
         (s.flops / compute).max(s.bytes / peaks.bandwidth)
     };

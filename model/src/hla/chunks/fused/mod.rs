@@ -31,7 +31,7 @@ use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::mma::{Mma, mma, tile_units};
+use crate::backend::gpu::mma::{CUDA_TF32, Mma, mma, tile_units};
 use crate::backend::gpu::{cubes, empty, rows_per_unit, shared_bytes, unit_budget, units};
 use crate::hla::decay::Decay;
 use kernel::{GatesLaunch, output_kernel, shared_buffer};
@@ -151,7 +151,7 @@ impl ChunkOutput for CubeBackend {
 
 /// The tile products the output step runs on where `q`'s device has tensor cores (or a
 /// test emulates them) and a chunk tiles into their fragments within its shared memory.
-fn tiled(q: &CubeTensor, c: usize, d: usize, dv: usize) -> Option<Mma> {
+pub(crate) fn tiled(q: &CubeTensor, c: usize, d: usize, dv: usize) -> Option<Mma> {
     let mma = mma(q)?;
     let shared = q.client.properties().hardware.max_shared_memory_size;
     (tiles::tiles_fit(&mma, c, d, dv) && 4 * tiles::tiles_shared(c, d) <= shared).then_some(mma)
@@ -159,7 +159,7 @@ fn tiled(q: &CubeTensor, c: usize, d: usize, dv: usize) -> Option<Mma> {
 
 /// [`tiles::output_tiles_kernel`] into `(m, y)`, a cube per block.
 #[allow(clippy::too_many_arguments)]
-fn launch_tiles(
+pub(crate) fn launch_tiles(
     q: CubeTensor,
     r: CubeTensor,
     v: CubeTensor,
@@ -293,6 +293,22 @@ pub(crate) fn output(
         Tensor::<3>::from_dispatch(m).reshape([bs, h, n, c, c])
     });
     Some((m, chunked(y, v)))
+}
+
+/// Whether fusion's custom op `id` is the output step (or hla2's moments) on tensor-core
+/// tiles on an H100 or H200 ([`tiles`], with `shared` bytes a cube), from its inputs'
+/// shapes: what the cost model plans for those GPUs, the tensor cores not turned off.
+pub(crate) fn planned_tiles(id: &str, inputs: &[Vec<usize>], shared: usize) -> bool {
+    let moments = id.contains("hla2_moments");
+    if !(moments || id.contains("chunk_output")) {
+        return false;
+    }
+    let [_, c, d] = sizes(&inputs[0]).map(|n| n as usize);
+    // hla2's moments run as the output step's tiles with `V = K`.
+    let dv = if moments { d } else { inputs[2][2] };
+    crate::backend::tensor_cores() != crate::backend::TensorCores::Off
+        && tiles::tiles_fit(&CUDA_TF32, c, d, dv)
+        && 4 * tiles::tiles_shared(c, d) <= shared
 }
 
 /// FLOPs of a kernel of this module (the output's, the pass's) if fusion's custom op `id`

@@ -53,8 +53,10 @@ pub(crate) fn output_tiles_kernel(
     if block * c * d >= q.len() {
         terminate!();
     }
-    let mut qs = Shared::<[f32]>::new_slice(comptime!(c * d));
-    let mut ms = Shared::<[f32]>::new_slice(comptime!(c * c));
+    // A fragment's load and store take 32-byte aligned addresses (WMMA's 256 bits); every
+    // tile starts a multiple of 8 floats in.
+    let mut qs = Shared::<[f32]>::new_aligned_slice(comptime!(c * d), 32usize);
+    let mut ms = Shared::<[f32]>::new_aligned_slice(comptime!(c * c), 32usize);
     let gate = gate_start(block, gates, c);
     copy_in(q, &mut qs, block * c * d, c * d);
     let planes = CUBE_DIM as usize / mma.plane;

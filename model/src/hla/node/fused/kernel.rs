@@ -33,12 +33,6 @@ pub(crate) struct Sums {
 /// to `dq_in` (∂Q's terms so far), with `sums.a`, `∂A` to `da_in`; with `sums.tied` (`A =
 /// U`) `da` gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the
 /// state `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when
-/// transposed) that `∂Y` read. The gradients' sums cost no kernel of their own.
-/// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
-/// `per_unit` tokens `τ`; `n` is the width of `U` and `∂Y`. With `sums.q`, `G A` is added
-/// to `dq_in` (∂Q's terms so far), with `sums.a`, `∂A` to `da_in`; with `sums.tied` (`A =
-/// U`) `da` gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the
-/// state `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when
 /// transposed) that `∂Y` read. The gradients' sums cost no kernel of their own. With
 /// `sums.gates`, `db [blocks, c, 1]` gets `∂b_τ`, the gradient of the cumulative log gates
 /// through `e^p`, `D^p` and (with the read) `a^p`; `e^p`'s part through `b_last` is the

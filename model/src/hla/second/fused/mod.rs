@@ -10,7 +10,9 @@
 //! One cube per chunk of every sequence and head, one unit per token: the cube copies
 //! `S`, then `K` into shared memory once; each unit computes its token's rows of `W` and
 //! `A` from there, its query and accumulators in registers, and writes each once. The
-//! products run on the CUDA cores.
+//! products run on the CUDA cores; where a device has tensor cores, the step runs as the
+//! output step's tiles instead (`R = V = K`, `X = Sᵀ`, `p = 1`:
+//! [`crate::hla::chunks::fused::tiles`]).
 
 pub(crate) mod kernel;
 
@@ -24,7 +26,9 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 
 use crate::backend::gpu::empty;
-use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout, sizes};
+use crate::hla::chunks::fused::{
+    Layout, Output, blocks, chunked, grid, launch_tiles, layout, sizes, tiled,
+};
 use crate::hla::decay::Decay;
 use kernel::moments_kernel;
 
@@ -68,6 +72,17 @@ impl Hla2Fused for CubeBackend {
         let [q, k, s, b] = [q, k, s, b].map(into_contiguous);
         let [blocks, c, d] = q.shape().dims::<3>();
         let (w, a) = (empty(&q, [blocks, c, c]), empty(&q, [blocks, c, d]));
+        if let Some(mma) = tiled(&q, c, d, d) {
+            // The output step's tiles: R = V = K, X = Sᵀ (read from S by columns), p = 1.
+            let output = Output {
+                layout,
+                power: 1,
+                scores: true,
+                transposed: true,
+            };
+            launch_tiles(q, k.clone(), k, s, b, (&w, &a), output, mma);
+            return (w, a);
+        }
         // A unit's rows: q and the sums of A.
         let (count, dim, per_unit) = grid(&q, blocks, c, 2 * d);
         moments_kernel::launch(
