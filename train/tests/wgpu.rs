@@ -237,6 +237,57 @@ fn bench_models_the_cost_of_every_gpu_form() {
     }
 }
 
+/// `hla bench --only cost` plans the node's forward products (hla2's moments and output)
+/// on the named GPU's TF32 tensor cores where its widths and chunk tile into their
+/// fragments (16): a shorter roofline than with `--tensor-cores off`, the same launches
+/// and bytes; the report says which.
+#[test]
+fn bench_models_the_nodes_forward_products_on_the_tensor_cores() {
+    let node = |cores: &str| {
+        let args = [
+            "bench",
+            "--device",
+            "wgpu",
+            "--only",
+            "cost",
+            "--cost-shape",
+            "1,2,64,32",
+            "--chunk",
+            "16",
+            "--mixer",
+            "hla2",
+            "--cost-form",
+            "node",
+            "--json",
+            "--tensor-cores",
+            cores,
+        ];
+        let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args(args));
+        let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+        let row = report["cost"]["rows"][0].clone();
+        let figure = |key: &str| {
+            row[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}: {report}"))
+        };
+        let tensor_cores = report["tensor_cores"]
+            .as_bool()
+            .expect("the switch, reported");
+        (
+            tensor_cores,
+            ["launches", "bytes", "roofline_ms"].map(figure),
+        )
+    };
+    let (on, [launches, bytes, roofline]) = node("on");
+    let (off, [launches_off, bytes_off, roofline_off]) = node("off");
+    assert!(on && !off);
+    assert_eq!((launches, bytes), (launches_off, bytes_off));
+    assert!(
+        roofline < roofline_off,
+        "{roofline} ms against {roofline_off} ms"
+    );
+}
+
 /// `hla bench --only cost --gates data` reads the forms with data-dependent gates and
 /// their gradient: the report says so, and hla2's node, whose fused kernels take such
 /// gates, still launches fewer kernels than its composed form.

@@ -58,7 +58,10 @@ pub(super) fn render(report: &Report) -> String {
             "# hla bench on {} (B={}, H={}, d=dv={}, chunk {}, {passes}{gates}{cores})\n",
             report.device, report.batch, report.heads, report.d, report.chunk
         ),
-        false => writeln!(md, "# hla bench on {}\n", report.device),
+        false => match report.tensor_cores {
+            true => writeln!(md, "# hla bench on {}\n", report.device),
+            false => writeln!(md, "# hla bench on {} (tensor cores off)\n", report.device),
+        },
     };
     render_train(&mut md, report);
     render_operators(&mut md, report);
