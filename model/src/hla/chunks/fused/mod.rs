@@ -12,8 +12,9 @@
 //! of every sequence and head, one unit per token: the cube copies `X`, then `R` and `V`,
 //! into shared memory once; each unit computes its token's rows from there, its query and
 //! accumulators in registers, and writes `M` (when asked) and `Y` once. The products run
-//! on the CUDA cores. Also the layout and the cube functions the orders' own fused kernels
-//! share ([`kernel`]).
+//! on the CUDA cores; where a device has tensor cores, the step runs as their tiles
+//! instead ([`tiles`]). Also the layout and the cube functions the orders' own fused
+//! kernels share ([`kernel`]).
 
 pub(crate) mod kernel;
 pub(crate) mod pass;
