@@ -168,6 +168,11 @@ fn bench_counts_the_kernels_of_a_step_on_wgpu() {
 /// The JSON report of `hla bench --device wgpu --only cost` at B2 H2 T40 d8 in chunks of 16
 /// with `extra` arguments.
 fn cost_report(extra: &[&str]) -> serde_json::Value {
+    cost_report_at("2,2,40,8", extra)
+}
+
+/// [`cost_report`] at `shape` (`B,H,T,D`).
+fn cost_report_at(shape: &str, extra: &[&str]) -> serde_json::Value {
     let args = [
         "bench",
         "--device",
@@ -175,7 +180,7 @@ fn cost_report(extra: &[&str]) -> serde_json::Value {
         "--only",
         "cost",
         "--cost-shape",
-        "2,2,40,8",
+        shape,
         "--chunk",
         "16",
         "--json",
@@ -244,26 +249,15 @@ fn bench_models_the_cost_of_every_gpu_form() {
 #[test]
 fn bench_models_the_nodes_forward_products_on_the_tensor_cores() {
     let node = |cores: &str| {
-        let args = [
-            "bench",
-            "--device",
-            "wgpu",
-            "--only",
-            "cost",
-            "--cost-shape",
-            "1,2,64,32",
-            "--chunk",
-            "16",
+        let extra = [
             "--mixer",
             "hla2",
             "--cost-form",
             "node",
-            "--json",
             "--tensor-cores",
             cores,
         ];
-        let stdout = stdout_of(Command::new(env!("CARGO_BIN_EXE_hla")).args(args));
-        let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+        let report = cost_report_at("1,2,64,32", &extra);
         let row = report["cost"]["rows"][0].clone();
         let figure = |key: &str| {
             row[key]

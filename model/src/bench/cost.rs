@@ -205,8 +205,8 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
 /// A block that ran one of the node's fused kernels (`crate::hla::chunks::fused`,
 /// `crate::hla::second::fused`, `crate::hla::node::fused`): one cube per chunk of every
 /// sequence (a pass: per tile of every sequence's state), the FLOPs of its products (on
-/// the tensor cores where the output step runs as tiles there), no global traffic but its
-/// inputs and outputs (it reads each once into shared memory).
+/// the tensor cores where the output step or hla2's moments run as tiles there), no
+/// global traffic but its inputs and outputs (it reads each once into shared memory).
 fn node_kernel(block: &Block, id: &str) -> Option<Step> {
     let inputs = &block.custom_inputs;
     let flops = crate::hla::chunks::fused::flops(id, inputs)
