@@ -26,6 +26,7 @@ use crate::hla::chunks::fused::tiles::output_tiles_kernel;
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
 use crate::hla::node::fused::kernel::{Sums, grads_kernel};
+use crate::hla::node::fused::tiles::grads_tiles_kernel;
 use crate::hla::second::fused::kernel::moments_kernel;
 use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
 
@@ -287,33 +288,6 @@ fn the_nodes_kernels_compile_to_ptx() {
         1,
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
-    // The output step on TF32 tensor cores (four warps), `X` by rows and by columns.
-    for transposed in [false, true] {
-        let tiles = output_tiles_kernel::OutputTilesKernel::new(
-            settings(128),
-            properties(),
-            target(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            gates(),
-            (),
-            C,
-            D,
-            D,
-            true,
-            true,
-            transposed,
-            CUDA_TF32,
-        );
-        let ptx = ptx(tiles, 90);
-        assert_module("output_tiles_kernel", &ptx, &["mma.sync", ".tf32"]);
-        assert_module("output_tiles_kernel", &ptx, &shared);
-    }
     // A state's pass over the chunks, forward (the updates `Kᵀ diag(e^p) U` inside) and
     // back from zeros (`Qᵀ diag(a^p) ∂Y`) with the dots for the gates' gradient.
     for back in [false, true] {
@@ -401,6 +375,76 @@ fn the_nodes_kernels_compile_to_ptx() {
             1,
         );
         assert_module("grads_kernel", &ptx(grads, 90), &shared);
+    }
+}
+
+/// The node's kernels on TF32 tensor cores (four warps a cube): the output step, `X` by
+/// rows and by columns, and the backward's moment products alone and with every sum
+/// (tied, the read by columns and by rows).
+#[test]
+fn the_nodes_tensor_core_tiles_compile_to_ptx() {
+    let target = || Arc::new(TargetProperties::default());
+    let shared = [".shared", "bar.sync", "mma.sync", ".tf32"];
+    for transposed in [false, true] {
+        let tiles = output_tiles_kernel::OutputTilesKernel::new(
+            settings(128),
+            properties(),
+            target(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            gates(),
+            (),
+            C,
+            D,
+            D,
+            true,
+            true,
+            transposed,
+            CUDA_TF32,
+        );
+        assert_module("output_tiles_kernel", &ptx(tiles, 90), &shared);
+    }
+    let sums = |tied, transposed| Sums {
+        q: true,
+        a: true,
+        tied,
+        read: true,
+        transposed,
+        gates: false,
+    };
+    for sums in [Sums::default(), sums(true, true), sums(false, false)] {
+        let grads = grads_tiles_kernel::GradsTilesKernel::new(
+            settings(128),
+            properties(),
+            target(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            gates(),
+            (),
+            C,
+            D,
+            D,
+            true,
+            sums,
+            CUDA_TF32,
+        );
+        assert_module("grads_tiles_kernel", &ptx(grads, 90), &shared);
     }
 }
 

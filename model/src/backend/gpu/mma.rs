@@ -73,38 +73,136 @@ pub(crate) fn mma(like: &CubeTensor) -> Option<Mma> {
     })
 }
 
+/// The tile products of a kernel whose tiles `fit` [`mma`]'s fragments and whose cube
+/// holds `floats` shared floats, where `like`'s device runs them and has that shared
+/// memory.
+pub(crate) fn tiles_within(
+    like: &CubeTensor,
+    fit: impl FnOnce(&Mma) -> bool,
+    floats: usize,
+) -> Option<Mma> {
+    let mma = mma(like)?;
+    let shared = like.client.properties().hardware.max_shared_memory_size;
+    (fit(&mma) && 4 * floats <= shared).then_some(mma)
+}
+
 /// The units of a tile kernel's cube: [`PLANES`] planes, fewer where the device's cubes
 /// are smaller.
 pub(crate) fn tile_units(mma: &Mma, max_units: usize) -> usize {
     mma.plane * PLANES.min(max_units / mma.plane).max(1)
 }
 
-/// One `m × n` tile of `A B + A₂ B₂`, written to `out` (rows `out_stride` apart), by the
-/// calling plane (every unit of the plane calls it alike). `A [m, len]` is read from `a`
-/// (rows `a_stride` apart), `B [len, n]` from `b`, by rows `b_stride` apart, or when
-/// `b_cols` by columns (so `Rᵀ` is read from `R`'s rows); likewise the second product,
-/// with `len2` (0: none). The lengths are multiples of `mma.k`.
+/// One operand of a tile product, `rows × len` (a product's left) or `len × cols` (its
+/// right): read from `data` by rows `stride` apart, or when `cols` by columns `stride`
+/// apart (so `Rᵀ` is read from `R`'s rows).
+#[derive(CubeType, Clone)]
+pub(crate) struct Operand<'a> {
+    data: &'a [f32],
+    stride: usize,
+    #[cube(comptime)]
+    cols: bool,
+}
+
 #[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn tile_product(
-    a: &[f32],
-    a_stride: usize,
-    b: &[f32],
-    b_stride: usize,
+impl<'a> Operand<'a> {
+    /// An operand stored by columns `stride` apart when `cols`, else by rows.
+    pub(crate) fn new(data: &'a [f32], stride: usize, #[comptime] cols: bool) -> Operand<'a> {
+        Operand::<'a> { data, stride, cols }
+    }
+
+    /// An operand stored by rows `stride` apart.
+    pub(crate) fn rows(data: &'a [f32], stride: usize) -> Operand<'a> {
+        Operand::new(data, stride, false)
+    }
+
+    /// An operand stored by columns `stride` apart.
+    pub(crate) fn cols(data: &'a [f32], stride: usize) -> Operand<'a> {
+        Operand::new(data, stride, true)
+    }
+}
+
+// Kernels pass operands and products on as values.
+impl Clone for OperandExpand<'_> {
+    fn clone(&self) -> Self {
+        self.clone_unchecked()
+    }
+}
+
+impl Clone for ProductExpand<'_> {
+    fn clone(&self) -> Self {
+        self.clone_unchecked()
+    }
+}
+
+/// `A B` over `len` (a multiple of `mma.k`; 0: no product).
+#[derive(CubeType, Clone)]
+pub(crate) struct Product<'a> {
+    a: Operand<'a>,
+    b: Operand<'a>,
     len: usize,
-    a2: &[f32],
-    a2_stride: usize,
-    b2: &[f32],
-    b2_stride: usize,
-    len2: usize,
+}
+
+#[cube]
+impl<'a> Product<'a> {
+    pub(crate) fn new(a: Operand<'a>, b: Operand<'a>, len: usize) -> Product<'a> {
+        Product::<'a> { a, b, len }
+    }
+}
+
+/// One `m × n` tile of `A B`, written to `out` (rows `out_stride` apart) by the calling
+/// plane (every unit of the plane calls it alike).
+#[cube]
+pub(crate) fn tile_product(
+    product: Product,
     out: &mut [f32],
     out_stride: usize,
-    #[comptime] b_cols: bool,
-    #[comptime] b2_cols: bool,
+    #[comptime] mma: Mma,
+) {
+    let none = Product::new(product.a.clone(), product.b.clone(), 0);
+    tile_sum(product, none, out, out_stride, mma);
+}
+
+/// One `m × n` tile of `A B + A₂ B₂`, as [`tile_product`].
+#[cube]
+pub(crate) fn tile_sum(
+    first: Product,
+    second: Product,
+    out: &mut [f32],
+    out_stride: usize,
+    #[comptime] mma: Mma,
+) {
+    let none = Product::new(first.a.clone(), first.b.clone(), 0);
+    let init = first.a.clone();
+    tile_sums(
+        first,
+        second,
+        none.clone(),
+        none,
+        init,
+        out,
+        out_stride,
+        false,
+        mma,
+    );
+}
+
+/// One `m × n` tile of `A₁ B₁ + … + A₄ B₄` (a product of length 0 adds nothing), plus `C`
+/// by rows from `init` when `add`, as [`tile_product`].
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tile_sums(
+    first: Product,
+    second: Product,
+    third: Product,
+    fourth: Product,
+    init: Operand,
+    out: &mut [f32],
+    out_stride: usize,
+    #[comptime] add: bool,
     #[comptime] mma: Mma,
 ) {
     if comptime!(mma.tensor) {
-        let acc = cmma::Matrix::<f32>::from_value(
+        let mut acc = cmma::Matrix::<f32>::from_value(
             cmma::MatrixIdent::Accumulator,
             mma.m,
             mma.n,
@@ -112,8 +210,18 @@ pub(crate) fn tile_product(
             cmma::MatrixLayout::Undefined,
             0.0,
         );
-        fragments_product(a, a_stride, b, b_stride, len, b_cols, &acc, mma);
-        fragments_product(a2, a2_stride, b2, b2_stride, len2, b2_cols, &acc, mma);
+        if add {
+            cmma::load_with_layout(
+                &mut acc,
+                init.data,
+                init.stride as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+        fragments_product(first, &acc, mma);
+        fragments_product(second, &acc, mma);
+        fragments_product(third, &acc, mma);
+        fragments_product(fourth, &acc, mma);
         cmma::store(out, &acc, out_stride as u32, cmma::MatrixLayout::RowMajor);
     } else {
         let lane = UNIT_POS as usize % mma.plane;
@@ -122,8 +230,13 @@ pub(crate) fn tile_product(
         for j in 0..comptime!(mma.m * mma.n / mma.plane) {
             let at = lane + j * mma.plane;
             let (row, col) = (at / mma.n, at % mma.n);
-            let mut sum = emulated_dot(a, a_stride, b, b_stride, len, b_cols, row, col);
-            sum += emulated_dot(a2, a2_stride, b2, b2_stride, len2, b2_cols, row, col);
+            let mut sum = emulated_dot(first.clone(), row, col);
+            sum += emulated_dot(second.clone(), row, col);
+            sum += emulated_dot(third.clone(), row, col);
+            sum += emulated_dot(fourth.clone(), row, col);
+            if add {
+                sum += init.data[row * init.stride + col];
+            }
             out[row * out_stride + col] = sum;
         }
     }
@@ -131,67 +244,57 @@ pub(crate) fn tile_product(
 
 /// `acc += A B` on the tensor cores, `len / k` fragment products.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn fragments_product(
-    a: &[f32],
-    a_stride: usize,
-    b: &[f32],
-    b_stride: usize,
-    len: usize,
-    #[comptime] b_cols: bool,
-    acc: &cmma::Matrix<f32>,
-    #[comptime] mma: Mma,
-) {
-    let b_layout = comptime!(match b_cols {
-        true => cmma::MatrixLayout::ColMajor,
-        false => cmma::MatrixLayout::RowMajor,
-    });
+fn fragments_product(product: Product, acc: &cmma::Matrix<f32>, #[comptime] mma: Mma) {
+    let (a, b) = (product.a, product.b);
+    let a_layout = comptime!(layout(a.cols));
+    let b_layout = comptime!(layout(b.cols));
     let mut fa = unsafe {
-        cmma::Matrix::<tf32>::uninitialized(
-            cmma::MatrixIdent::A,
-            mma.m,
-            mma.n,
-            mma.k,
-            cmma::MatrixLayout::RowMajor,
-        )
+        cmma::Matrix::<tf32>::uninitialized(cmma::MatrixIdent::A, mma.m, mma.n, mma.k, a_layout)
     };
     let mut fb = unsafe {
         cmma::Matrix::<tf32>::uninitialized(cmma::MatrixIdent::B, mma.m, mma.n, mma.k, b_layout)
     };
     let mut kk = 0usize;
-    while kk < len {
-        cmma::load(&mut fa, &a[kk..], a_stride as u32);
-        let mut from = kk * b_stride;
-        if b_cols {
-            from = kk;
+    while kk < product.len {
+        // A's kk-th column starts kk values in by rows, kk rows in by columns; B's row
+        // the other way round.
+        let (mut a_at, mut b_at) = (kk, kk * b.stride);
+        if comptime!(a.cols) {
+            a_at = kk * a.stride;
         }
-        cmma::load(&mut fb, &b[from..], b_stride as u32);
+        if comptime!(b.cols) {
+            b_at = kk;
+        }
+        cmma::load(&mut fa, &a.data[a_at..], a.stride as u32);
+        cmma::load(&mut fb, &b.data[b_at..], b.stride as u32);
         cmma::execute(&fa, &fb, acc, acc);
         kk += mma.k;
     }
 }
 
-/// `(A B)[row, col]` over `len`, from the operands in memory: what a fragment product
-/// leaves in that value of the accumulator.
+/// A fragment's layout in memory: by columns or by rows.
+fn layout(cols: bool) -> cmma::MatrixLayout {
+    match cols {
+        true => cmma::MatrixLayout::ColMajor,
+        false => cmma::MatrixLayout::RowMajor,
+    }
+}
+
+/// `(A B)[row, col]` from the operands in memory: what a fragment product leaves in that
+/// value of the accumulator.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn emulated_dot(
-    a: &[f32],
-    a_stride: usize,
-    b: &[f32],
-    b_stride: usize,
-    len: usize,
-    #[comptime] b_cols: bool,
-    row: usize,
-    col: usize,
-) -> f32 {
+fn emulated_dot(product: Product, row: usize, col: usize) -> f32 {
+    let (a, b) = (product.a, product.b);
     let mut sum = 0.0f32;
-    for kk in 0..len {
-        let mut at = kk * b_stride + col;
-        if b_cols {
-            at = col * b_stride + kk;
+    for kk in 0..product.len {
+        let (mut a_at, mut b_at) = (row * a.stride + kk, kk * b.stride + col);
+        if comptime!(a.cols) {
+            a_at = kk * a.stride + row;
         }
-        sum += a[row * a_stride + kk] * b[at];
+        if comptime!(b.cols) {
+            b_at = col * b.stride + kk;
+        }
+        sum += a.data[a_at] * b.data[b_at];
     }
     sum
 }

@@ -32,7 +32,7 @@ use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::mma::{CUDA_TF32, Mma, mma, tile_units};
+use crate::backend::gpu::mma::{CUDA_TF32, Mma, tile_units, tiles_within};
 use crate::backend::gpu::{cubes, empty, rows_per_unit, shared_bytes, unit_budget, units};
 use crate::hla::decay::Decay;
 use kernel::{GatesLaunch, output_kernel, shared_buffer};
@@ -153,9 +153,8 @@ impl ChunkOutput for CubeBackend {
 /// The tile products the output step runs on where `q`'s device has tensor cores (or a
 /// test emulates them) and a chunk tiles into their fragments within its shared memory.
 pub(crate) fn tiled(q: &CubeTensor, c: usize, d: usize, dv: usize) -> Option<Mma> {
-    let mma = mma(q)?;
-    let shared = q.client.properties().hardware.max_shared_memory_size;
-    (tiles::tiles_fit(&mma, c, d, dv) && 4 * tiles::tiles_shared(c, d) <= shared).then_some(mma)
+    let fit = |mma: &Mma| tiles::tiles_fit(mma, c, d, dv);
+    tiles_within(q, fit, tiles::tiles_shared(c, d))
 }
 
 /// [`tiles::output_tiles_kernel`] into `(m, y)`, a cube per block.

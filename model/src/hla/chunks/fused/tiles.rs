@@ -10,7 +10,7 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use crate::backend::gpu::mma::{Mma, tile_product};
+use crate::backend::gpu::mma::{Mma, Operand, Product, tile_product, tile_sum};
 use crate::hla::chunks::fused::kernel::{Gates, copy_in, gate_start, log_decay};
 
 /// Shared floats of [`output_tiles_kernel`]: `Q` and `M` of a chunk.
@@ -70,23 +70,13 @@ pub(crate) fn output_tiles_kernel(
         let (i, j) = (t / col_tiles, t % col_tiles);
         if j * mma.n < (i + 1) * mma.m {
             let r_j = &r[(block * c + j * mma.n) * d..];
-            tile_product(
-                &qs[i * mma.m * d..],
+            let s_ij = Product::new(
+                Operand::rows(&qs[i * mma.m * d..], d),
+                Operand::cols(r_j, d),
                 d,
-                r_j,
-                d,
-                d,
-                &qs[i * mma.m * d..],
-                d,
-                r_j,
-                d,
-                0,
-                &mut ms[i * mma.m * c + j * mma.n..],
-                c,
-                true,
-                true,
-                mma,
             );
+            let out = &mut ms[i * mma.m * c + j * mma.n..];
+            tile_product(s_ij, out, c, mma);
         }
         t += planes;
     }
@@ -103,29 +93,18 @@ pub(crate) fn output_tiles_kernel(
         // X [d, dv] by rows, or when transposed by columns: Xᵀ's rows.
         let x_stride = comptime!(if transposed { d } else { dv });
         let x_j = block * d * dv + j * mma.n * comptime!(if transposed { d } else { 1 });
-        tile_product(
-            &qs[i * mma.m * d..],
-            d,
-            &x[x_j..],
-            x_stride,
-            d,
-            &ms[i * mma.m * c..],
-            c,
-            &v[block * c * dv + j * mma.n..],
-            dv,
-            (i + 1) * mma.m,
-            &mut y[(block * c + i * mma.m) * dv + j * mma.n..],
-            dv,
-            transposed,
-            false,
-            mma,
-        );
+        let x_j = Operand::new(&x[x_j..], x_stride, transposed);
+        let q_x = Product::new(Operand::rows(&qs[i * mma.m * d..], d), x_j, d);
+        let v_j = Operand::rows(&v[block * c * dv + j * mma.n..], dv);
+        let m_v = Product::new(Operand::rows(&ms[i * mma.m * c..], c), v_j, (i + 1) * mma.m);
+        let out = &mut y[(block * c + i * mma.m) * dv + j * mma.n..];
+        tile_sum(q_x, m_v, out, dv, mma);
         t += planes;
     }
 }
 
-/// In shared memory, `M = D^p ⊙ S` (zero above the diagonal; written to `m` when `scores`)
-/// and `diag(a^p) Q`, every unit taking every `CUBE_DIM`-th value, then a barrier.
+/// In shared memory, `M = D^p ⊙ S` (written to `m` when `scores`) and `diag(a^p) Q`,
+/// then a barrier.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn mask_and_scale(
@@ -141,6 +120,30 @@ fn mask_and_scale(
     #[comptime] decayed: bool,
     #[comptime] scores: bool,
 ) {
+    mask_in_place(b, gate, ms, power, c, decayed);
+    if scores {
+        // Each unit reads back the values it masked.
+        let mut at = UNIT_POS as usize;
+        while at < c * c {
+            m[block * c * c + at] = ms[at];
+            at += CUBE_DIM as usize;
+        }
+    }
+    scale_in_place(b, gate, qs, power, c, d, decayed, false);
+    sync_cube();
+}
+
+/// `D^p ⊙ S` in place of `S [c, c]` in shared memory (zero above the diagonal), every
+/// unit taking every `CUBE_DIM`-th value.
+#[cube]
+pub(crate) fn mask_in_place(
+    b: &Tensor<f32>,
+    gate: usize,
+    s: &mut Shared<[f32]>,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] decayed: bool,
+) {
     let mut at = UNIT_POS as usize;
     while at < c * c {
         let (tau, sigma) = (at / c, at % c);
@@ -148,20 +151,41 @@ fn mask_and_scale(
         if sigma <= tau {
             let b_tau = log_decay(b, gate, tau, decayed);
             let b_sigma = log_decay(b, gate, sigma, decayed);
-            value = (power * (b_tau - b_sigma)).exp() * ms[at];
+            value = (power * (b_tau - b_sigma)).exp() * s[at];
         }
-        ms[at] = value;
-        if scores {
-            m[block * c * c + at] = value;
-        }
+        s[at] = value;
         at += CUBE_DIM as usize;
+    }
+}
+
+/// Row `τ` of `x [c, width]` in shared memory times `a^p_τ`, or `e^p_τ` when
+/// `until_end`, every unit taking every `CUBE_DIM`-th value.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scale_in_place(
+    b: &Tensor<f32>,
+    gate: usize,
+    x: &mut Shared<[f32]>,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] width: usize,
+    #[comptime] decayed: bool,
+    #[comptime] until_end: bool,
+) {
+    let mut from = 0.0f32;
+    if until_end {
+        from = log_decay(b, gate, c - 1, decayed);
     }
     let mut at = UNIT_POS as usize;
-    while at < c * d {
-        qs[at] *= (power * log_decay(b, gate, at / d, decayed)).exp();
+    while at < c * width {
+        let b_tau = log_decay(b, gate, at / width, decayed);
+        let mut log = b_tau;
+        if until_end {
+            log = from - b_tau;
+        }
+        x[at] *= (power * log).exp();
         at += CUBE_DIM as usize;
     }
-    sync_cube();
 }
 
 #[cfg(all(test, feature = "wgpu"))]

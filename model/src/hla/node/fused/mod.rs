@@ -22,6 +22,7 @@
 //! `Q`). The products run on the CUDA cores.
 
 pub(crate) mod kernel;
+pub(crate) mod tiles;
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -32,7 +33,11 @@ use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 
-use crate::backend::gpu::empty;
+use burn_cubecl::cubecl::prelude::CubeDim;
+use burn_cubecl::tensor::CubeTensor;
+
+use crate::backend::gpu::mma::{CUDA_TF32, Mma, tile_units, tiles_within};
+use crate::backend::gpu::{cubes, empty, units};
 use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout, sizes};
 use crate::hla::decay::Decay;
 pub(crate) use kernel::Sums;
@@ -137,6 +142,13 @@ impl MomentGrads for CubeBackend {
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
         let [du, db] = out_shapes(&q.shape(), &dy.shape(), grads.sums).map(|s| empty(&q, s));
         let (da, dq) = (empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
+        let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
+        let tiles = tiles_within(&q, fit, tiles::grads_tiles_shared(c, d, n));
+        if let Some(mma) = tiles.filter(|_| !grads.sums.gates) {
+            let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start];
+            launch_tiles(inputs, [&du, &da, &dq], grads, mma);
+            return (du, da, dq, db);
+        }
         // A unit's rows: a, u, dy and the sums of ∂U, ∂A and ∂Q.
         let (count, dim, per_unit) = grid(&q, blocks, c, 3 * (d + n));
         grads_kernel::launch(
@@ -168,6 +180,40 @@ impl MomentGrads for CubeBackend {
         );
         (du, da, dq, db)
     }
+}
+
+/// [`tiles::grads_tiles_kernel`] into `(∂U, ∂A, ∂Q)`, a cube per block; `inputs` as
+/// [`MomentGrads::moment_grads`] takes them.
+fn launch_tiles(inputs: [CubeTensor; 10], [du, da, dq]: [&CubeTensor; 3], grads: Grads, mma: Mma) {
+    let [q, dy, a, u, t, x, b, dq_in, da_in, x_start] = inputs;
+    let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
+    let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
+    tiles::grads_tiles_kernel::launch(
+        &q.client.clone(),
+        cubes(&q, blocks),
+        dim,
+        q.into_tensor_arg(),
+        dy.into_tensor_arg(),
+        a.into_tensor_arg(),
+        u.into_tensor_arg(),
+        t.into_tensor_arg(),
+        x.into_tensor_arg(),
+        b.into_tensor_arg(),
+        dq_in.into_tensor_arg(),
+        da_in.into_tensor_arg(),
+        x_start.into_tensor_arg(),
+        du.clone().into_tensor_arg(),
+        da.clone().into_tensor_arg(),
+        dq.clone().into_tensor_arg(),
+        grads.layout.gate_arg(),
+        grads.power as f32,
+        c,
+        d,
+        n,
+        grads.layout.decayed,
+        grads.sums,
+        mma,
+    );
 }
 
 /// What a moment product's gradients add to: ∂Q's terms so far, a term of `∂A`, whether
@@ -248,6 +294,25 @@ pub(crate) fn moment_grads(
         dq: chunked(dq, q),
         db: adds.gates.then(|| chunked(db, q)),
     })
+}
+
+/// Whether fusion's custom op `id` is the kernel on tensor-core tiles on an H100 or H200
+/// ([`tiles`], with `shared` bytes a cube), from its inputs' and outputs' shapes (`∂b`,
+/// the fourth output, is one float where the gates need no gradient): what the cost model
+/// plans for those GPUs, the tensor cores not turned off.
+pub(crate) fn planned_tiles(
+    id: &str,
+    inputs: &[Vec<usize>],
+    outputs: &[Vec<usize>],
+    shared: usize,
+) -> bool {
+    if !id.contains("moment_grads") || outputs.get(3).is_none_or(|db| db.len() != 1) {
+        return false;
+    }
+    let ([_, c, d], n) = (sizes(&inputs[0]).map(|x| x as usize), inputs[1][2]);
+    crate::backend::tensor_cores() != crate::backend::TensorCores::Off
+        && tiles::grads_tiles_fit(&CUDA_TF32, c, d, n)
+        && 4 * tiles::grads_tiles_shared(c, d, n) <= shared
 }
 
 /// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`q
