@@ -380,7 +380,7 @@ fn the_nodes_kernels_compile_to_ptx() {
 
 /// The node's kernels on TF32 tensor cores (four warps a cube): the output step, `X` by
 /// rows and by columns, and the backward's moment products alone and with every sum
-/// (tied, the read by columns and by rows).
+/// (tied, the read by columns and by rows), without and with the gates' gradient.
 #[test]
 fn the_nodes_tensor_core_tiles_compile_to_ptx() {
     let target = || Arc::new(TargetProperties::default());
@@ -409,15 +409,20 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
         );
         assert_module("output_tiles_kernel", &ptx(tiles, 90), &shared);
     }
-    let sums = |tied, transposed| Sums {
+    let sums = |tied, transposed, gates| Sums {
         q: true,
         a: true,
         tied,
         read: true,
         transposed,
-        gates: false,
+        gates,
     };
-    for sums in [Sums::default(), sums(true, true), sums(false, false)] {
+    let all = [
+        sums(true, true, false),
+        sums(false, false, true),
+        sums(true, true, true),
+    ];
+    for sums in [Sums::default()].into_iter().chain(all) {
         let grads = grads_tiles_kernel::GradsTilesKernel::new(
             settings(128),
             properties(),

@@ -240,8 +240,8 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
 /// 96 KiB at chunk 64), the node falls back to its composed steps there (matmuls), but the
 /// cost model plans as the GPU it names (227 KiB, TF32 tensor cores): its node runs no
 /// matmul, forward or backward, its fused kernels are counted though lavapipe could not
-/// compile them, and its output step and (without the gates' gradient) its backward's
-/// moment products run on the tensor cores unless they are off.
+/// compile them, and its output step and its backward's moment products run on the
+/// tensor cores unless they are off.
 #[test]
 fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     let _turn = turn();
@@ -285,7 +285,7 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     };
     // Forward: two passes, the moments and the output (on the tensor cores: d = dv = 128
     // and the chunk tile into TF32 fragments); backward: two reads, two products (on the
-    // tensor cores: the fixed decay needs no gradient).
+    // tensor cores too, with the data-dependent gates' gradient as well).
     assert!(count(&steps, false) >= 4, "{steps:?}");
     assert_eq!(count(&steps, true), 4, "{steps:?}");
     let cost = |gating| {
@@ -293,9 +293,8 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
             .expect("the cost model reads the node")
             .expect("hla2 has a node")
     };
-    // The gates' gradient keeps the backward's products on the CUDA cores.
     let gated = cost(Gating::Data);
-    assert_eq!(count(&gated, true), 2, "data gates: {gated:?}");
+    assert_eq!(count(&gated, true), 4, "data gates: {gated:?}");
     set_tensor_cores(TensorCores::Off);
     let off = cost(Gating::Fixed);
     assert_eq!(count(&off, true), 0, "tensor cores off: {off:?}");

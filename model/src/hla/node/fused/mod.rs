@@ -19,7 +19,8 @@
 //! writes each once. Where the gates need a gradient, each unit also gathers its tokens'
 //! parts of it from the factors it used: `e^p` (`diag(e^p) A ∂X` against `U`), `D^p`
 //! (`T ⊙ (∂Y Uᵀ)`, its row less its column) and the read's `a^p` (its term of ∂Q against
-//! `Q`). The products run on the CUDA cores.
+//! `Q`). The products run on the CUDA cores; where a device has tensor cores, the step
+//! runs as their tiles instead ([`tiles`]).
 
 pub(crate) mod kernel;
 pub(crate) mod tiles;
@@ -143,10 +144,10 @@ impl MomentGrads for CubeBackend {
         let [du, db] = out_shapes(&q.shape(), &dy.shape(), grads.sums).map(|s| empty(&q, s));
         let (da, dq) = (empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
         let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
-        let tiles = tiles_within(&q, fit, tiles::grads_tiles_shared(c, d, n));
-        if let Some(mma) = tiles.filter(|_| !grads.sums.gates) {
+        let shared = tiles::grads_tiles_shared(c, d, n, grads.sums.gates);
+        if let Some(mma) = tiles_within(&q, fit, shared) {
             let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start];
-            launch_tiles(inputs, [&du, &da, &dq], grads, mma);
+            launch_tiles(inputs, [&du, &da, &dq, &db], grads, mma);
             return (du, da, dq, db);
         }
         // A unit's rows: a, u, dy and the sums of ∂U, ∂A and ∂Q.
@@ -182,9 +183,14 @@ impl MomentGrads for CubeBackend {
     }
 }
 
-/// [`tiles::grads_tiles_kernel`] into `(∂U, ∂A, ∂Q)`, a cube per block; `inputs` as
-/// [`MomentGrads::moment_grads`] takes them.
-fn launch_tiles(inputs: [CubeTensor; 10], [du, da, dq]: [&CubeTensor; 3], grads: Grads, mma: Mma) {
+/// [`tiles::grads_tiles_kernel`] into `(∂U, ∂A, ∂Q, ∂b)`, a cube per block; `inputs`
+/// as [`MomentGrads::moment_grads`] takes them.
+fn launch_tiles(
+    inputs: [CubeTensor; 10],
+    [du, da, dq, db]: [&CubeTensor; 4],
+    grads: Grads,
+    mma: Mma,
+) {
     let [q, dy, a, u, t, x, b, dq_in, da_in, x_start] = inputs;
     let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
     let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
@@ -205,6 +211,7 @@ fn launch_tiles(inputs: [CubeTensor; 10], [du, da, dq]: [&CubeTensor; 3], grads:
         du.clone().into_tensor_arg(),
         da.clone().into_tensor_arg(),
         dq.clone().into_tensor_arg(),
+        db.clone().into_tensor_arg(),
         grads.layout.gate_arg(),
         grads.power as f32,
         c,
@@ -298,21 +305,22 @@ pub(crate) fn moment_grads(
 
 /// Whether fusion's custom op `id` is the kernel on tensor-core tiles on an H100 or H200
 /// ([`tiles`], with `shared` bytes a cube), from its inputs' and outputs' shapes (`∂b`,
-/// the fourth output, is one float where the gates need no gradient): what the cost model
-/// plans for those GPUs, the tensor cores not turned off.
+/// the fourth output, `[blocks, c, 1]` where the gates take a gradient): what the cost
+/// model plans for those GPUs, the tensor cores not turned off.
 pub(crate) fn planned_tiles(
     id: &str,
     inputs: &[Vec<usize>],
     outputs: &[Vec<usize>],
     shared: usize,
 ) -> bool {
-    if !id.contains("moment_grads") || outputs.get(3).is_none_or(|db| db.len() != 1) {
+    if !id.contains("moment_grads") {
         return false;
     }
     let ([_, c, d], n) = (sizes(&inputs[0]).map(|x| x as usize), inputs[1][2]);
+    let gates = outputs.get(3).is_some_and(|db| db.len() == 3);
     crate::backend::tensor_cores() != crate::backend::TensorCores::Off
         && tiles::grads_tiles_fit(&CUDA_TF32, c, d, n)
-        && 4 * tiles::grads_tiles_shared(c, d, n) <= shared
+        && 4 * tiles::grads_tiles_shared(c, d, n, gates) <= shared
 }
 
 /// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`q

@@ -1,0 +1,95 @@
+//! The gates' gradient in [`super::grads_tiles_kernel`]: each token's parts of `∂b` from
+//! the products it keeps in shared memory, one unit a token.
+
+use burn_cubecl::cubecl;
+use cubecl::prelude::*;
+
+/// With the gates' gradient, each token's part through `D^p` into `parts[τ]`: `p` times
+/// `T ⊙ (∂Y Uᵀ)`'s row `τ` less its column `τ` (`gs` not yet masked); `parts[c + τ]`, the
+/// part through `b_last`, starts at zero.
+#[cube]
+pub(super) fn mask_parts(
+    t: &Tensor<f32>,
+    gs: &Shared<[f32]>,
+    parts: &mut Shared<[f32]>,
+    block: usize,
+    power: f32,
+    #[comptime] c: usize,
+) {
+    let t_at = block * c * c;
+    let mut tau = UNIT_POS as usize;
+    while tau < c {
+        let mut part = 0.0f32;
+        for sigma in 0..c {
+            if sigma <= tau {
+                part += t[t_at + tau * c + sigma] * gs[tau * c + sigma];
+            }
+            if sigma >= tau {
+                part -= t[t_at + sigma * c + tau] * gs[sigma * c + tau];
+            }
+        }
+        parts[tau] = power * part;
+        parts[c + tau] = 0.0;
+        tau += CUBE_DIM as usize;
+    }
+}
+
+/// Each token's dot of `products [c, w]`'s row with `y`'s (`[blocks, c, w]`) into its
+/// part of ∂b, times `p`: `diag(e^p) A ∂X` against `U` (`until_end`: less, and into the
+/// part through `b_last`), or the read's term against `Q` (plus); then, with `add`,
+/// `sum_in`'s row added to the product's.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gate_dots(
+    products: &mut Shared<[f32]>,
+    y: &Tensor<f32>,
+    sum_in: &Tensor<f32>,
+    parts: &mut Shared<[f32]>,
+    block: usize,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] w: usize,
+    #[comptime] until_end: bool,
+    #[comptime] add: bool,
+) {
+    let mut tau = UNIT_POS as usize;
+    while tau < c {
+        let row = (block * c + tau) * w;
+        let mut dot = 0.0f32;
+        for j in 0..w {
+            dot += products[tau * w + j] * y[row + j];
+            if add {
+                products[tau * w + j] += sum_in[row + j];
+            }
+        }
+        if until_end {
+            parts[tau] -= power * dot;
+            parts[c + tau] = power * dot;
+        } else {
+            parts[tau] += power * dot;
+        }
+        tau += CUBE_DIM as usize;
+    }
+}
+
+/// `∂b [blocks, c, 1]` from each token's part, the last token's with every token's part
+/// through `b_last` added.
+#[cube]
+pub(super) fn store_parts(
+    parts: &Shared<[f32]>,
+    db: &mut Tensor<f32>,
+    block: usize,
+    #[comptime] c: usize,
+) {
+    let mut tau = UNIT_POS as usize;
+    while tau < c {
+        let mut part = parts[tau];
+        if tau == c - 1 {
+            for sigma in 0..c {
+                part += parts[c + sigma];
+            }
+        }
+        db[block * c + tau] = part;
+        tau += CUBE_DIM as usize;
+    }
+}
