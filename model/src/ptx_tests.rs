@@ -440,6 +440,7 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
             tensor(),
             tensor(),
             tensor(),
+            tensor(),
             gates(),
             (),
             C,
