@@ -25,7 +25,7 @@ use super::kernel::Sums;
 use crate::backend::gpu::mma::{Mma, Operand, Product, tile_product};
 use crate::hla::chunks::fused::kernel::{Gates, copy_in, gate_start};
 use crate::hla::chunks::fused::tiles::{mask_in_place, scale_in_place};
-use gates::{gate_dots, mask_parts, store_parts};
+use gates::{keep_product, mask_parts, store_parts};
 use outputs::{da_tiles, dq_tiles, du_tiles};
 
 /// Shared floats of [`grads_tiles_kernel`]: `G` and one row-scaled operand of a chunk,
@@ -98,22 +98,10 @@ pub(crate) fn grads_tiles_kernel(
     mask_in_place(b, gate, &mut gs, power, c, decayed);
     sync_cube();
     if sums.gates {
-        scaled_products(&scaled, x, &mut products, block, c, d, n, sums, false, mma);
-        sync_cube();
-        let sum_in = comptime!(sums.tied && sums.a);
-        gate_dots(
-            &mut products,
-            u,
-            da_in,
-            &mut parts,
-            block,
-            power,
-            c,
-            n,
-            true,
-            sum_in,
+        let (p, kept) = (power, &mut products);
+        keep_product(
+            &scaled, x, u, da_in, kept, &mut parts, block, p, c, d, n, sums, false, mma,
         );
-        sync_cube();
     }
 
     if !sums.tied {
@@ -135,32 +123,10 @@ pub(crate) fn grads_tiles_kernel(
         scale_in_place(b, gate, &mut scaled, power, c, n, decayed, false);
         sync_cube();
         if sums.gates {
-            scaled_products(
-                &scaled,
-                x_start,
-                &mut products,
-                block,
-                c,
-                d,
-                n,
-                sums,
-                true,
-                mma,
+            let (p, kept) = (power, &mut products);
+            keep_product(
+                &scaled, x_start, q, dq_in, kept, &mut parts, block, p, c, d, n, sums, true, mma,
             );
-            sync_cube();
-            gate_dots(
-                &mut products,
-                q,
-                dq_in,
-                &mut parts,
-                block,
-                power,
-                c,
-                d,
-                false,
-                sums.q,
-            );
-            sync_cube();
         }
     }
     dq_tiles(

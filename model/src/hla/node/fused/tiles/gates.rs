@@ -4,6 +4,10 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
+use super::scaled_products;
+use crate::backend::gpu::mma::Mma;
+use crate::hla::node::fused::kernel::Sums;
+
 /// With the gates' gradient, each token's part through `D^p` into `parts[τ]`: `p` times
 /// `T ⊙ (∂Y Uᵀ)`'s row `τ` less its column `τ` (`gs` not yet masked); `parts[c + τ]`, the
 /// part through `b_last`, starts at zero.
@@ -34,13 +38,58 @@ pub(super) fn mask_parts(
     }
 }
 
+/// Keeps in `products` a product whose rows the gates' gradient dots, and dots them into
+/// each token's parts, between barriers: `diag(e^p) A ∂X` (`scaled` holding `diag(e^p) A`,
+/// `x` `∂X`) against `U` (`y`), with `∂A`'s term so far (`sum_in`) added when tied; or
+/// with `read` the read's term (`scaled` holding `diag(a^p) ∂Y`, `x` the state read)
+/// against `Q`, with ∂Q's terms so far added.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn keep_product(
+    scaled: &Shared<[f32]>,
+    x: &Tensor<f32>,
+    y: &Tensor<f32>,
+    sum_in: &Tensor<f32>,
+    products: &mut Shared<[f32]>,
+    parts: &mut Shared<[f32]>,
+    block: usize,
+    power: f32,
+    #[comptime] c: usize,
+    #[comptime] d: usize,
+    #[comptime] n: usize,
+    #[comptime] sums: Sums,
+    #[comptime] read: bool,
+    #[comptime] mma: Mma,
+) {
+    scaled_products(scaled, x, products, block, c, d, n, sums, read, mma);
+    sync_cube();
+    let (w, add) = comptime!(if read {
+        (d, sums.q)
+    } else {
+        (n, sums.tied && sums.a)
+    });
+    gate_dots(
+        products,
+        y,
+        sum_in,
+        parts,
+        block,
+        power,
+        c,
+        w,
+        comptime!(!read),
+        add,
+    );
+    sync_cube();
+}
+
 /// Each token's dot of `products [c, w]`'s row with `y`'s (`[blocks, c, w]`) into its
 /// part of ∂b, times `p`: `diag(e^p) A ∂X` against `U` (`until_end`: less, and into the
 /// part through `b_last`), or the read's term against `Q` (plus); then, with `add`,
 /// `sum_in`'s row added to the product's.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn gate_dots(
+fn gate_dots(
     products: &mut Shared<[f32]>,
     y: &Tensor<f32>,
     sum_in: &Tensor<f32>,
