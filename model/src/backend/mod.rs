@@ -83,8 +83,8 @@ pub fn kernels() -> Kernels {
     }
 }
 
-/// Where the GPU kernels' tile products run (those written for them: the node's forward
-/// products, its output step and hla2's moments).
+/// Where the GPU kernels' tile products run (those written for them: the node's chunk
+/// products, its output step, hla2's moments and the backward's moment products).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TensorCores {
     /// On the tensor cores where the device has them (TF32 `cmma`: CUDA from sm_80 on),

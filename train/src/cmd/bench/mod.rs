@@ -123,9 +123,9 @@ pub struct Args {
     #[arg(long, value_enum, value_delimiter = ',')]
     cost_form: Vec<CostForm>,
     /// GPU devices: the tile products of the kernels written for the tensor cores (the
-    /// node's forward products: the output step and hla2's moments), `on` where the device
-    /// has them (TF32 on CUDA) or `off` (their register-tile kernels everywhere, to measure
-    /// what the tensor cores gain).
+    /// node's chunk products: the output step, hla2's moments and the backward's moment
+    /// products), `on` where the device has them (TF32 on CUDA) or `off` (their
+    /// register-tile kernels everywhere, to measure what the tensor cores gain).
     #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     tensor_cores: bool,
 }
