@@ -337,7 +337,8 @@ fn the_nodes_kernels_compile_to_ptx() {
     );
     assert_module("moments_kernel", &ptx(moments, 90), &shared);
     // The moment products: alone, and adding ∂Q's terms so far, a term of ∂A, (tied) ∂U
-    // into ∂A and a state's read term of ∂Q (transposed), with the gates' gradient.
+    // into ∂A and a state's read term of ∂Q (transposed), with the gates' gradient added
+    // to an earlier kernel's, with the read's dots.
     let all = Sums {
         q: true,
         a: true,
@@ -345,12 +346,16 @@ fn the_nodes_kernels_compile_to_ptx() {
         read: true,
         transposed: true,
         gates: true,
+        summed: true,
+        dots: true,
     };
     for sums in [Sums::default(), all] {
         let grads = grads_kernel::GradsKernel::new(
             settings(C),
             properties(),
             target(),
+            tensor(),
+            tensor(),
             tensor(),
             tensor(),
             tensor(),
@@ -416,6 +421,8 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
         read: true,
         transposed,
         gates,
+        summed: gates,
+        dots: gates,
     };
     let all = [
         sums(true, true, false),
@@ -427,6 +434,8 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
             settings(128),
             properties(),
             target(),
+            tensor(),
+            tensor(),
             tensor(),
             tensor(),
             tensor(),

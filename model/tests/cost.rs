@@ -241,7 +241,7 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
 /// cost model plans as the GPU it names (227 KiB, TF32 tensor cores): its node runs no
 /// matmul, forward or backward, its fused kernels are counted though lavapipe could not
 /// compile them, and its output step and its backward's moment products run on the
-/// tensor cores unless they are off.
+/// tensor cores unless they are off; the data-dependent gates' gradient adds no launch.
 #[test]
 fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     let _turn = turn();
@@ -295,6 +295,11 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     };
     let gated = cost(Gating::Data);
     assert_eq!(count(&gated, true), 4, "data gates: {gated:?}");
+    // The gates' gradient is gathered inside the backward's kernels: no launch of its own,
+    // and the budget of 11 a step holds with it.
+    let launches = |steps: &[Step]| steps.iter().map(|s| s.launches).sum::<usize>();
+    assert_eq!(launches(&gated), launches(&steps), "data gates: {gated:?}");
+    assert!(launches(&gated) <= 11, "data gates: {gated:?}");
     set_tensor_cores(TensorCores::Off);
     let off = cost(Gating::Fixed);
     assert_eq!(count(&off, true), 0, "tensor cores off: {off:?}");

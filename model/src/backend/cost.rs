@@ -173,7 +173,12 @@ fn cost(ran: &Ran, read_later: &HashSet<TensorId>) -> Block {
         .collect();
     let mut counted = HashSet::new();
     let mut bytes = 0.0;
-    for op in &ran.operations {
+    // Dropping a tensor frees its memory: it reads nothing (and makes nothing).
+    let moving = ran
+        .operations
+        .iter()
+        .filter(|op| !matches!(op, OperationIr::Drop(_)));
+    for op in moving {
         for t in op.inputs() {
             if !made.contains(&t.id) && counted.insert(t.id) {
                 bytes += size(t);
@@ -221,4 +226,42 @@ fn flops(op: &OperationIr) -> (f64, f64) {
 /// Bytes of a tensor.
 fn size(t: &TensorIr) -> f64 {
     (t.shape.num_elements() * t.dtype.size()) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::ir::{BinaryOpIr, NumericOperationIr, TensorStatus};
+    use burn::tensor::{DType, Shape};
+
+    use super::*;
+
+    fn tensor(id: u64, len: usize) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::new([len]),
+            status: TensorStatus::ReadOnly,
+            dtype: DType::F32,
+        }
+    }
+
+    /// A block that adds two tensors and drops another moves the two it reads and the sum
+    /// it writes; the dropped tensor's bytes are freed, not read.
+    #[test]
+    fn a_dropped_tensor_costs_no_read() {
+        let add = BinaryOpIr {
+            lhs: tensor(1, 10),
+            rhs: tensor(2, 10),
+            out: tensor(3, 10),
+        };
+        let ran = Ran {
+            operations: vec![
+                OperationIr::NumericFloat(DType::F32, NumericOperationIr::Add(add)),
+                OperationIr::Drop(tensor(4, 1000)),
+            ],
+            launches: 1,
+        };
+        let block = cost(&ran, &HashSet::new());
+        assert_eq!(block.bytes, 3.0 * 10.0 * 4.0);
+        assert_eq!(block.other_flops, 10.0);
+    }
 }

@@ -141,6 +141,9 @@ pub(crate) struct DecayGrad<const D: usize> {
     db: Option<Tensor<D>>,
     /// The part of `∂b` at the span's last token, `[.., 1, 1]`.
     last: Option<Tensor<D>>,
+    /// The log gates' gradient a fused kernel gathered (its `∂b` summed from each token to
+    /// the span's end, the earlier kernels' added), `[.., span, 1]`.
+    summed: Option<Tensor<D>>,
 }
 
 impl<const D: usize> DecayGrad<D> {
@@ -148,6 +151,7 @@ impl<const D: usize> DecayGrad<D> {
         Self {
             db: None,
             last: None,
+            summed: None,
         }
     }
 
@@ -175,11 +179,18 @@ impl<const D: usize> DecayGrad<D> {
         add(&mut self.db, (rows - cols) * p);
     }
 
-    /// `∂b` gathered elsewhere (a fused kernel's, its parts through the span's last token
-    /// included there), `[.., span, 1]`.
+    /// The log gates' gradient a fused kernel gathered so far, which the next kernel adds
+    /// its own to ([`DecayGrad::set_summed`]).
     #[cfg(gpu_kernels)]
-    pub(crate) fn per_token(&mut self, db: Tensor<D>) {
-        add(&mut self.db, db);
+    pub(crate) fn summed(&self) -> Option<&Tensor<D>> {
+        self.summed.as_ref()
+    }
+
+    /// The log gates' gradient a fused kernel gathered, `[.., span, 1]`: its `∂b` summed
+    /// from each token to the span's end, [`DecayGrad::summed`] added (so it replaces it).
+    #[cfg(gpu_kernels)]
+    pub(crate) fn set_summed(&mut self, summed: Tensor<D>) {
+        self.summed = Some(summed);
     }
 
     /// The gradient of the log gates, `[.., span, 1]`.
@@ -188,14 +199,21 @@ impl<const D: usize> DecayGrad<D> {
     ///
     /// If no per-token factor (`a`, `e` or `D`) was gathered: every chunked form has one.
     pub(crate) fn into_log_gates(self) -> Tensor<D> {
-        let db = self.db.expect("a per-token decay factor's gradient");
-        // Σ_{τ≥s} ∂b_τ, as the total less the sum before s; the last token's part reaches
-        // every token.
-        let total = db.clone().sum_dim(D - 2);
-        let from_end = total - db.clone().cumsum(D - 2) + db;
+        // Σ_{τ≥s} ∂b_τ, as the total less the sum before s.
+        let from_end = self.db.map(|db| {
+            let total = db.clone().sum_dim(D - 2);
+            total - db.clone().cumsum(D - 2) + db
+        });
+        let per_token = match (from_end, self.summed) {
+            (Some(from_end), Some(summed)) => from_end + summed,
+            (from_end, summed) => from_end
+                .or(summed)
+                .expect("a per-token decay factor's gradient"),
+        };
+        // The last token's part reaches every token.
         match self.last {
-            Some(last) => from_end + last,
-            None => from_end,
+            Some(last) => per_token + last,
+            None => per_token,
         }
     }
 }

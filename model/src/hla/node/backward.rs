@@ -22,11 +22,15 @@ pub(crate) struct Backward {
 }
 
 /// A read's term of `∂Q`, `diag(a^p) ∂Y Xᵀ` (`… X` when `transposed`), left to the product
-/// that takes the same `∂Y` next (on a GPU device its kernel adds it).
+/// that takes the same `∂Y` next (on a GPU device its kernel adds it), and the parts of its
+/// pass's dots (`ρ^p`'s part of the gates' gradient, where the pass kernel gave them), which
+/// that kernel sums.
 struct Pending {
     x_start: Tensor<5>,
     p: u32,
     transposed: bool,
+    #[cfg(gpu_kernels)]
+    dots: Option<Tensor<4>>,
 }
 
 /// What [`Backward::read`] gives: the state's gradient after every chunk `[b, h, chunks,
@@ -67,10 +71,10 @@ impl Backward {
     /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose);
     /// gathers `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`) and the gates' parts from `a^p` and
     /// `ρ^p`. On a GPU device the updates and the scan back are one kernel
-    /// (`crate::hla::chunks::fused::pass`), which also gives `ρ^p`'s part; `∂Q`'s term
-    /// (with `a^p`'s part of the gates' gradient) is left to the next product, which must
-    /// take the same `∂Y` (every order's backward pass reads a state, then runs the product
-    /// of the same gradient).
+    /// (`crate::hla::chunks::fused::pass`), which also gives `ρ^p`'s part in parts; `∂Q`'s
+    /// term (with `a^p`'s part of the gates' gradient) and those parts are left to the next
+    /// product, which must take the same `∂Y` (every order's backward pass reads a state,
+    /// then runs the product of the same gradient).
     pub(crate) fn read(
         &mut self,
         q: &Tensor<5>,
@@ -84,6 +88,8 @@ impl Backward {
             x_start,
             p,
             transposed,
+            #[cfg(gpu_kernels)]
+            dots: None,
         };
         #[cfg(gpu_kernels)]
         {
@@ -101,11 +107,13 @@ impl Backward {
             );
             if let Some(walked) = back {
                 let after = walked.states;
-                match (&mut self.gate, walked.dots) {
-                    (Some(gate), Some(dots)) => gate.whole(f64::from(p), dots),
-                    _ => self.gather_whole(&after, &pending),
+                if walked.dots.is_none() {
+                    self.gather_whole(&after, &pending);
                 }
-                self.pending = Some(pending);
+                self.pending = Some(Pending {
+                    dots: walked.dots,
+                    ..pending
+                });
                 return Read {
                     after,
                     first: walked.end,
@@ -206,21 +214,31 @@ impl Backward {
                 da: da.as_ref(),
                 tied,
                 read: self.pending.as_ref().map(|r| (&r.x_start, r.transposed)),
-                gates: self.gate.is_some(),
+                gates: self.gate.as_ref().map(|gate| super::fused::GateAdds {
+                    summed: gate.summed(),
+                    dots: self.pending.as_ref().and_then(|r| r.dots.as_ref()),
+                }),
             };
             let grads =
                 super::fused::moment_grads(q, &g, [&a, &u, &t], &x_after, (&self.decay, p), adds);
             if let Some(grads) = grads {
                 self.dq = Some(grads.dq);
                 self.pending = None;
-                if let (Some(gate), Some(db)) = (&mut self.gate, grads.db) {
-                    gate.per_token(db);
+                if let (Some(gate), Some(summed)) = (&mut self.gate, grads.log_g) {
+                    gate.set_summed(summed);
                 }
                 return (grads.du, grads.da);
             }
         }
         let power = f64::from(p);
         if let Some(r) = self.pending.take() {
+            #[cfg(gpu_kernels)]
+            if let (Some(gate), Some(dots)) = (&mut self.gate, &r.dots) {
+                gate.whole(
+                    power,
+                    crate::hla::chunks::fused::pass::per_chunk(dots.clone()),
+                );
+            }
             let ady = self.decay.since_start(g.clone(), power);
             self.add_read_term(q, ady, r);
         }

@@ -163,7 +163,7 @@ pub(crate) fn pass(
 /// [`pass`] walking back from the last chunk with `f = a`, as a state's gradient `∂X`
 /// goes: from `last`, `∂X` after every chunk and before the first. Given the state `Y`
 /// at every chunk's start `starts [b, h, chunks, rows, cols]` (of a decayed call), also
-/// `ρ_m^p ⟨∂X_{m+1}, Y_m⟩` per chunk `[b, h, chunks, 1, 1]`.
+/// `ρ_m^p ⟨∂X_{m+1}, Y_m⟩` per chunk, in parts ([`Walked::dots`]).
 pub(crate) fn pass_back(
     last: Option<&Tensor<4>>,
     ku: [&Tensor<5>; 2],
@@ -174,11 +174,18 @@ pub(crate) fn pass_back(
 }
 
 /// What a pass gives: the states after every chunk (forward: before), the end, and a pass
-/// back's inner products with the given starts.
+/// back's inner products with the given starts, one part per block of state values the
+/// kernel's units hold, `[b, h, chunks, parts]` (a moment product's kernel sums them where
+/// it gathers the gates' gradient; [`per_chunk`] elsewhere).
 pub(crate) struct Walked {
     pub(crate) states: Tensor<5>,
     pub(crate) end: Tensor<4>,
-    pub(crate) dots: Option<Tensor<5>>,
+    pub(crate) dots: Option<Tensor<4>>,
+}
+
+/// A pass back's inner products per chunk, `[b, h, chunks, 1, 1]`, from their parts.
+pub(crate) fn per_chunk(dots: Tensor<4>) -> Tensor<5> {
+    dots.sum_dim(3).unsqueeze_dim(4)
 }
 
 /// [`pass`] or [`pass_back`].
@@ -237,12 +244,7 @@ fn gpu_pass(
         starts_in,
         pass,
     );
-    let dots = starts.map(|_| {
-        Tensor::<3>::from_dispatch(dots)
-            .reshape([bs, h, n, pass.owned()])
-            .sum_dim(3)
-            .unsqueeze_dim(4)
-    });
+    let dots = starts.map(|_| Tensor::<3>::from_dispatch(dots).reshape([bs, h, n, pass.owned()]));
     Walked {
         states: Tensor::<3>::from_dispatch(states).reshape([bs, h, n, rows, cols]),
         end: Tensor::from_dispatch(end),
@@ -344,7 +346,7 @@ mod tests {
                     "dots where asked, with decay"
                 );
                 if let (Some(dots), Some(want)) = (dots, want_dots) {
-                    let error = relative_rms_error(dots, want);
+                    let error = relative_rms_error(per_chunk(dots), want);
                     assert!(
                         error < 1e-5,
                         "gates {:?}: dots {error}",

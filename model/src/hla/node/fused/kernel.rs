@@ -17,7 +17,8 @@ use crate::hla::chunks::fused::kernel::{
 /// terms so far, `∂A` to a term of the same gradient, with `tied` (`A = U`, as in a key
 /// moment's `W K`) `∂U` to `∂A`, and with `read` the term `diag(a^p) ∂Y Xᵀ` (`… X` when
 /// `transposed`) of the state `X` that `∂Y` read, to ∂Q; with `gates` it also writes the
-/// log gates' gradient from the decay factors it used.
+/// log gates' gradient from the decay factors it used, with `summed` added to an earlier
+/// kernel's, and with `dots` the read's pass's dots (`ρ^p`'s part) added in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Sums {
     pub(crate) q: bool,
@@ -26,6 +27,8 @@ pub(crate) struct Sums {
     pub(crate) read: bool,
     pub(crate) transposed: bool,
     pub(crate) gates: bool,
+    pub(crate) summed: bool,
+    pub(crate) dots: bool,
 }
 
 /// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
@@ -34,9 +37,10 @@ pub(crate) struct Sums {
 /// U`) `da` gets `∂U + ∂A` and `du` nothing; with `sums.read`, ∂Q also gets the term of the
 /// state `x_start` (at every chunk's start, `[blocks, d, n]`, `[blocks, n, d]` when
 /// transposed) that `∂Y` read. The gradients' sums cost no kernel of their own. With
-/// `sums.gates`, `db [blocks, c, 1]` gets `∂b_τ`, the gradient of the cumulative log gates
-/// through `e^p`, `D^p` and (with the read) `a^p`; `e^p`'s part through `b_last` is the
-/// last token's, whose `∂b` reaches every gate of the chunk.
+/// `sums.gates`, `log_g [blocks, c, 1]` gets the log gates' gradient ([`store_log_gates`])
+/// from `∂b_τ`, the gradient of the cumulative log gates through `e^p`, `D^p` and (with
+/// the read) `a^p`; `e^p`'s part through `b_last` is the last token's, whose `∂b` reaches
+/// every gate of the chunk.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grads_kernel(
@@ -50,10 +54,12 @@ pub(crate) fn grads_kernel(
     dq_in: &Tensor<f32>,
     da_in: &Tensor<f32>,
     x_start: &Tensor<f32>,
+    log_g_in: &Tensor<f32>,
+    dots: &Tensor<f32>,
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
-    db: &mut Tensor<f32>,
+    log_g: &mut Tensor<f32>,
     gates: &Gates,
     power: f32,
     #[comptime] c: usize,
@@ -100,20 +106,21 @@ pub(crate) fn grads_kernel(
         }
     }
     let b_last = log_decay(b, gate, c - 1, decayed);
-    // With the gates: p ∂b_τ of the unit's tokens, and e^p's part through b_last.
+    // With the gates: p ∂b_τ of the unit's tokens, and e^p's parts through b_last.
     let mut db_tau = Array::<f32>::new(per_unit);
-    let mut through_last = 0.0f32;
+    let mut last_tau = Array::<f32>::new(per_unit);
     #[unroll]
     for r in 0..per_unit {
         let e_p = (power * (b_last - b_tau[r])).exp();
         scale(&mut acc_u, r * n, e_p, n);
         scale(&mut acc_a, r * d, e_p, d);
         db_tau[r] = 0.0;
+        last_tau[r] = 0.0;
         if sums.gates {
             // e^p_τ ∂e^p_τ: the row of diag(e^p) A X against u_τ.
             let w = power * dot_at(&acc_u, r * n, &u_tau, r * n, n);
             db_tau[r] = -w;
-            through_last += w;
+            last_tau[r] = w;
         }
     }
     sync_cube();
@@ -238,33 +245,67 @@ pub(crate) fn grads_kernel(
     }
     store_own_rows(&acc_q, dq, block, c, d, per_unit);
     if sums.gates {
-        store_log_gates(db, &db_tau, through_last, block, c, per_unit);
+        let mut parts = Shared::<[f32]>::new_slice(comptime!(2 * c));
+        #[unroll]
+        for r in 0..per_unit {
+            let tau = own_row(r, c, per_unit);
+            parts[tau] = db_tau[r];
+            parts[c + tau] = last_tau[r];
+        }
+        sync_cube();
+        store_log_gates(&mut parts, dots, log_g_in, log_g, block, power, c, sums);
     }
 }
 
-/// Writes the unit's `∂b_τ` (`db_tau`) into `db [blocks, c, 1]`, the last token's with
-/// every unit's `through_last` added (summed through shared memory).
+/// Writes the log gates' gradient into `log_g [blocks, c, 1]` from each token's part of
+/// `∂b` (`parts[τ]`) and its part through `b_last` (`parts[c + τ]`) in shared memory:
+/// `Σ_{τ≥s} ∂b_τ` at each token `s`, which every part through `b_last` (the last token's
+/// `∂b`) reaches. With `sums.dots`, the read's pass's dots `dots [blocks, 1, parts]` (`ρ^p`'s
+/// part, through `b_last`) times `p` are added first, a token's units summing every `c`-th;
+/// with `sums.summed`, `log_g_in` (an earlier kernel's) too.
 #[cube]
-fn store_log_gates(
-    db: &mut Tensor<f32>,
-    db_tau: &Array<f32>,
-    through_last: f32,
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_log_gates(
+    parts: &mut Shared<[f32]>,
+    dots: &Tensor<f32>,
+    log_g_in: &Tensor<f32>,
+    log_g: &mut Tensor<f32>,
     block: usize,
+    power: f32,
     #[comptime] c: usize,
-    #[comptime] per_unit: usize,
+    #[comptime] sums: Sums,
 ) {
-    let mut parts = Shared::<[f32]>::new_slice(comptime!(c / per_unit));
-    parts[UNIT_POS as usize] = through_last;
-    sync_cube();
-    #[unroll]
-    for r in 0..per_unit {
-        let tau = own_row(r, c, per_unit);
-        let mut part = db_tau[r];
-        if tau == c - 1 {
-            for unit in 0..comptime!(c / per_unit) {
-                part += parts[unit];
+    if sums.dots {
+        let count = dots.shape(2);
+        let mut tau = UNIT_POS as usize;
+        while tau < c {
+            let mut sum = 0.0f32;
+            let mut i = tau;
+            while i < count {
+                sum += dots[block * count + i];
+                i += c;
+            }
+            parts[c + tau] += power * sum;
+            tau += CUBE_DIM as usize;
+        }
+        sync_cube();
+    }
+    let mut last = 0.0f32;
+    for sigma in 0..c {
+        last += parts[c + sigma];
+    }
+    let mut s = UNIT_POS as usize;
+    while s < c {
+        let mut sum = last;
+        for tau in 0..c {
+            if tau >= s {
+                sum += parts[tau];
             }
         }
-        db[block * c + tau] = part;
+        if sums.summed {
+            sum += log_g_in[block * c + s];
+        }
+        log_g[block * c + s] = sum;
+        s += CUBE_DIM as usize;
     }
 }

@@ -21,11 +21,11 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::kernel::Sums;
+use super::kernel::{Sums, store_log_gates};
 use crate::backend::gpu::mma::{Mma, Operand, Product, tile_product};
 use crate::hla::chunks::fused::kernel::{Gates, copy_in, gate_start};
 use crate::hla::chunks::fused::tiles::{mask_in_place, scale_in_place};
-use gates::{keep_product, mask_parts, store_parts};
+use gates::{keep_product, mask_parts};
 use outputs::{da_tiles, dq_tiles, du_tiles};
 
 /// Shared floats of [`grads_tiles_kernel`]: `G` and one row-scaled operand of a chunk,
@@ -42,8 +42,9 @@ pub(crate) fn grads_tiles_fit(mma: &Mma, c: usize, d: usize, n: usize) -> bool {
     whole(c) && whole(d) && whole(n) && [c, d, n].iter().all(|x| x.is_multiple_of(mma.k))
 }
 
-/// `[∂U, ∂A, ∂Q]` of every chunk with `p = power`, and with `sums.gates` `∂b`, as
-/// [`super::kernel::grads_kernel`], one cube per block, its planes taking tiles in turn.
+/// `[∂U, ∂A, ∂Q]` of every chunk with `p = power`, and with `sums.gates` the log gates'
+/// gradient, as [`super::kernel::grads_kernel`], one cube per block, its planes taking
+/// tiles in turn.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grads_tiles_kernel(
@@ -57,10 +58,12 @@ pub(crate) fn grads_tiles_kernel(
     dq_in: &Tensor<f32>,
     da_in: &Tensor<f32>,
     x_start: &Tensor<f32>,
+    log_g_in: &Tensor<f32>,
+    dots: &Tensor<f32>,
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
-    db: &mut Tensor<f32>,
+    log_g: &mut Tensor<f32>,
     gates: &Gates,
     power: f32,
     #[comptime] c: usize,
@@ -133,7 +136,7 @@ pub(crate) fn grads_tiles_kernel(
         a, x_start, dq_in, &gs, &scaled, &products, dq, block, c, d, n, sums, mma,
     );
     if sums.gates {
-        store_parts(&parts, db, block, c);
+        store_log_gates(&mut parts, dots, log_g_in, log_g, block, power, c, sums);
     }
 }
 

@@ -120,25 +120,3 @@ fn gate_dots(
         tau += CUBE_DIM as usize;
     }
 }
-
-/// `∂b [blocks, c, 1]` from each token's part, the last token's with every token's part
-/// through `b_last` added.
-#[cube]
-pub(super) fn store_parts(
-    parts: &Shared<[f32]>,
-    db: &mut Tensor<f32>,
-    block: usize,
-    #[comptime] c: usize,
-) {
-    let mut tau = UNIT_POS as usize;
-    while tau < c {
-        let mut part = parts[tau];
-        if tau == c - 1 {
-            for sigma in 0..c {
-                part += parts[c + sigma];
-            }
-        }
-        db[block * c + tau] = part;
-        tau += CUBE_DIM as usize;
-    }
-}

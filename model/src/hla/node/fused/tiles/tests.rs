@@ -6,11 +6,13 @@ use super::super::{Grads, MomentGrads, Sums};
 use crate::agreement::relative_rms_error;
 use crate::backend::{TensorCores, set_tensor_cores};
 use crate::hla::chunks::Chunks;
+use crate::hla::chunks::fused::pass::per_chunk;
 use crate::hla::chunks::fused::{blocks, gates_layout};
 use crate::hla::decay::Decay;
 
 /// A moment product's operands in chunks: `q`, `∂Y`, `A`, `U`, `T`, `∂X` after the
-/// chunk, the terms so far of ∂Q and `∂A`, the state the read took.
+/// chunk, the terms so far of ∂Q and `∂A`, the state the read took, the log gates'
+/// gradient so far and the read's pass's dots in parts.
 struct Operands {
     q: Tensor<5>,
     dy: Tensor<5>,
@@ -21,10 +23,12 @@ struct Operands {
     dq_in: Tensor<5>,
     da_in: Tensor<5>,
     x_start: Tensor<5>,
+    log_g_in: Tensor<5>,
+    dots: Tensor<4>,
 }
 
 /// The gradients the kernel writes, as the composed form computes them: `∂U` (unless
-/// tied), `∂A`, `∂Q` and, with the gates' gradient, `∂b`.
+/// tied), `∂A`, `∂Q` and, with the gates' gradient, the log gates'.
 fn composed(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5>> {
     let p = f64::from(power);
     let dy_u = o.dy.clone().matmul(o.u.clone().transpose());
@@ -68,7 +72,16 @@ fn composed(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tenso
         if let Some(read) = read {
             db = db + rows(read, &o.q);
         }
-        grads.push(db * p);
+        // Each token's Σ_{τ≥s} ∂b_τ, with the dots' part through b_last reaching every token.
+        let db = db * p;
+        let mut log_g = db.clone().sum_dim(3) - db.clone().cumsum(3) + db;
+        if sums.dots {
+            log_g = log_g + per_chunk(o.dots.clone()) * p;
+        }
+        if sums.summed {
+            log_g = log_g + o.log_g_in.clone();
+        }
+        grads.push(log_g);
     }
     grads.into_iter().skip(usize::from(sums.tied)).collect()
 }
@@ -82,10 +95,21 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
         power,
         sums,
     };
-    let [q, dy, a, u, t, x, dq_in, da_in, x_start] = [
-        &o.q, &o.dy, &o.a, &o.u, &o.t, &o.x, &o.dq_in, &o.da_in, &o.x_start,
+    let [q, dy, a, u, t, x, dq_in, da_in, x_start, log_g_in] = [
+        &o.q,
+        &o.dy,
+        &o.a,
+        &o.u,
+        &o.t,
+        &o.x,
+        &o.dq_in,
+        &o.da_in,
+        &o.x_start,
+        &o.log_g_in,
     ]
     .map(|t| blocks(t).into_dispatch());
+    let [bs, h, n, parts] = o.dots.dims();
+    let dots = o.dots.clone().reshape([bs * h * n, 1, parts]);
     set_tensor_cores(TensorCores::Emulated);
     let (du, da, dq, db) = <Dispatch as MomentGrads>::moment_grads(
         q,
@@ -98,6 +122,8 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
         dq_in,
         da_in,
         x_start,
+        log_g_in,
+        dots.into_dispatch(),
         grads,
     );
     // Fusion runs the custom op when its queue flushes.
@@ -120,8 +146,9 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
 /// The tiles (emulated on lavapipe) against the composed form: three row and column
 /// tiles a chunk (`Tᵀ` and `Gᵀ` from each tile's diagonal on, `G` up to it), `∂U` two
 /// tiles wide, with and without the sums in, tied, the read by rows and by columns,
-/// without decay, with gates per token (p = 2) and their gradient, and with a per-head
-/// decay (p = 3).
+/// without decay, with gates per token (p = 2) and their gradient (with and without an
+/// earlier kernel's and the read's pass's dots, more parts than tokens), and with a
+/// per-head decay (p = 3).
 #[test]
 fn the_tiles_are_the_composed_gradients() {
     let device = Device::wgpu(DeviceKind::DefaultDevice);
@@ -140,6 +167,8 @@ fn the_tiles_are_the_composed_gradients() {
         read,
         transposed,
         gates: false,
+        summed: false,
+        dots: false,
     };
     let cases = [
         sums(false, false, false, false, false),
@@ -156,7 +185,13 @@ fn the_tiles_are_the_composed_gradients() {
     ];
     for (log_g, power, gates) in decays {
         let decay = chunks.decay(log_g.as_ref());
-        for sums in cases.map(|sums| Sums { gates, ..sums }) {
+        let gated = |sums: Sums| Sums {
+            gates,
+            summed: gates && sums.a,
+            dots: gates && sums.read,
+            ..sums
+        };
+        for sums in cases.map(gated) {
             let n = if sums.tied { d } else { 2 * d };
             let a = random(d);
             let chunk_count = a.dims()[2];
@@ -177,6 +212,8 @@ fn the_tiles_are_the_composed_gradients() {
                 } else {
                     state(d, n)
                 },
+                log_g_in: random(1),
+                dots: Tensor::random([bs, h, chunk_count, 70], normal, &device),
             };
             let got = tiles(&o, &decay, power, sums);
             let want = composed(&o, &decay, power, sums);
