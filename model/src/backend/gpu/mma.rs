@@ -86,6 +86,13 @@ pub(crate) fn tiles_within(
     (fit(&mma) && 4 * floats <= shared).then_some(mma)
 }
 
+/// Whether the cost model plans a tile kernel on an H100 or H200 ([`CUDA_TF32`], `shared`
+/// bytes a cube): its tiles `fit` the fragments, its cube's `floats` shared floats fit,
+/// and the tensor cores are not turned off.
+pub(crate) fn planned_within(fit: impl FnOnce(&Mma) -> bool, floats: usize, shared: usize) -> bool {
+    tensor_cores() != TensorCores::Off && fit(&CUDA_TF32) && 4 * floats <= shared
+}
+
 /// The units of a tile kernel's cube: [`PLANES`] planes, fewer where the device's cubes
 /// are smaller.
 pub(crate) fn tile_units(mma: &Mma, max_units: usize) -> usize {

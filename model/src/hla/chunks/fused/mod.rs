@@ -32,7 +32,7 @@ use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::mma::{CUDA_TF32, Mma, tile_units, tiles_within};
+use crate::backend::gpu::mma::{Mma, planned_within, tile_units, tiles_within};
 use crate::backend::gpu::{cubes, empty, rows_per_unit, shared_bytes, unit_budget, units};
 use crate::hla::decay::Decay;
 use kernel::{GatesLaunch, output_kernel, shared_buffer};
@@ -306,9 +306,8 @@ pub(crate) fn planned_tiles(id: &str, inputs: &[Vec<usize>], shared: usize) -> b
     let [_, c, d] = sizes(&inputs[0]).map(|n| n as usize);
     // hla2's moments run as the output step's tiles with `V = K`.
     let dv = if moments { d } else { inputs[2][2] };
-    crate::backend::tensor_cores() != crate::backend::TensorCores::Off
-        && tiles::tiles_fit(&CUDA_TF32, c, d, dv)
-        && 4 * tiles::tiles_shared(c, d) <= shared
+    let fit = |mma: &Mma| tiles::tiles_fit(mma, c, d, dv);
+    planned_within(fit, tiles::tiles_shared(c, d), shared)
 }
 
 /// FLOPs of a kernel of this module (the output's, the pass's) if fusion's custom op `id`

@@ -37,7 +37,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::mma::{CUDA_TF32, Mma, tile_units, tiles_within};
+use crate::backend::gpu::mma::{Mma, planned_within, tile_units, tiles_within};
 use crate::backend::gpu::{cubes, empty, units};
 use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout, sizes};
 use crate::hla::decay::Decay;
@@ -354,9 +354,8 @@ pub(crate) fn planned_tiles(
     }
     let ([_, c, d], n) = (sizes(&inputs[0]).map(|x| x as usize), inputs[1][2]);
     let gates = outputs.get(3).is_some_and(|db| db.len() == 3);
-    crate::backend::tensor_cores() != crate::backend::TensorCores::Off
-        && tiles::grads_tiles_fit(&CUDA_TF32, c, d, n)
-        && 4 * tiles::grads_tiles_shared(c, d, n, gates) <= shared
+    let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
+    planned_within(fit, tiles::grads_tiles_shared(c, d, n, gates), shared)
 }
 
 /// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`q

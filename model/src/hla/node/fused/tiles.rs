@@ -189,40 +189,6 @@ fn read_state<'a>(
     )
 }
 
-/// Into `out [c, w]`: `diag(e^p) A ∂X` (`w = n`, `scaled` holding `diag(e^p) A`), or
-/// when `read` the read's term `diag(a^p) ∂Y X'ᵀ` (`w = d`, `scaled` holding
-/// `diag(a^p) ∂Y`).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn scaled_products(
-    scaled: &Shared<[f32]>,
-    x: &Tensor<f32>,
-    out: &mut Shared<[f32]>,
-    block: usize,
-    #[comptime] c: usize,
-    #[comptime] d: usize,
-    #[comptime] n: usize,
-    #[comptime] sums: Sums,
-    #[comptime] read: bool,
-    #[comptime] mma: Mma,
-) {
-    let (len, w) = comptime!(if read { (n, d) } else { (d, n) });
-    let planes = CUBE_DIM as usize / mma.plane;
-    let mut at = UNIT_POS as usize / mma.plane;
-    while at < comptime!(c / mma.m * (w / mma.n)) {
-        let (i, j) = (at / comptime!(w / mma.n), at % comptime!(w / mma.n));
-        let scaled_i = Operand::rows(&scaled[i * mma.m * len..], len);
-        let x_j = if comptime!(read) {
-            read_state(x, block, j, d, n, sums, mma)
-        } else {
-            Operand::rows(&x[block * d * n + j * mma.n..], n)
-        };
-        let tile = &mut out[i * mma.m * w + j * mma.n..];
-        tile_product(Product::new(scaled_i, x_j, len), tile, w, mma);
-        at += planes;
-    }
-}
-
 mod gates;
 mod outputs;
 #[cfg(all(test, feature = "wgpu"))]

@@ -4,8 +4,8 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::scaled_products;
-use crate::backend::gpu::mma::Mma;
+use super::read_state;
+use crate::backend::gpu::mma::{Mma, Operand, Product, tile_product};
 use crate::hla::node::fused::kernel::Sums;
 
 /// With the gates' gradient, each token's part through `D^p` into `parts[τ]`: `p` times
@@ -118,5 +118,39 @@ fn gate_dots(
             parts[tau] += power * dot;
         }
         tau += CUBE_DIM as usize;
+    }
+}
+
+/// Into `out [c, w]`: `diag(e^p) A ∂X` (`w = n`, `scaled` holding `diag(e^p) A`), or
+/// when `read` the read's term `diag(a^p) ∂Y X'ᵀ` (`w = d`, `scaled` holding
+/// `diag(a^p) ∂Y`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn scaled_products(
+    scaled: &Shared<[f32]>,
+    x: &Tensor<f32>,
+    out: &mut Shared<[f32]>,
+    block: usize,
+    #[comptime] c: usize,
+    #[comptime] d: usize,
+    #[comptime] n: usize,
+    #[comptime] sums: Sums,
+    #[comptime] read: bool,
+    #[comptime] mma: Mma,
+) {
+    let (len, w) = comptime!(if read { (n, d) } else { (d, n) });
+    let planes = CUBE_DIM as usize / mma.plane;
+    let mut at = UNIT_POS as usize / mma.plane;
+    while at < comptime!(c / mma.m * (w / mma.n)) {
+        let (i, j) = (at / comptime!(w / mma.n), at % comptime!(w / mma.n));
+        let scaled_i = Operand::rows(&scaled[i * mma.m * len..], len);
+        let x_j = if comptime!(read) {
+            read_state(x, block, j, d, n, sums, mma)
+        } else {
+            Operand::rows(&x[block * d * n + j * mma.n..], n)
+        };
+        let tile = &mut out[i * mma.m * w + j * mma.n..];
+        tile_product(Product::new(scaled_i, x_j, len), tile, w, mma);
+        at += planes;
     }
 }
