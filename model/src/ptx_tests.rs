@@ -289,20 +289,17 @@ fn the_nodes_kernels_compile_to_ptx() {
     );
     assert_module("output_kernel", &ptx(output, 90), &shared);
     // A state's pass over the chunks, forward (the updates `Kᵀ diag(e^p) U` inside) and
-    // back from zeros (`Qᵀ diag(a^p) ∂Y`) with the dots for the gates' gradient.
+    // back from zeros (`Qᵀ diag(a^p) ∂Y`).
     for back in [false, true] {
         let walk = Walk {
             decayed: true,
             back,
             zero_start: back,
-            dots: back,
         };
         let pass = pass_kernel::PassKernel::new(
             settings(256),
             properties(),
             target(),
-            tensor(),
-            tensor(),
             tensor(),
             tensor(),
             tensor(),
@@ -338,7 +335,7 @@ fn the_nodes_kernels_compile_to_ptx() {
     assert_module("moments_kernel", &ptx(moments, 90), &shared);
     // The moment products: alone, and adding ∂Q's terms so far, a term of ∂A, (tied) ∂U
     // into ∂A and a state's read term of ∂Q (transposed), with the gates' gradient added
-    // to an earlier kernel's, with the read's dots.
+    // to an earlier kernel's.
     let all = Sums {
         q: true,
         a: true,
@@ -347,14 +344,12 @@ fn the_nodes_kernels_compile_to_ptx() {
         transposed: true,
         gates: true,
         summed: true,
-        dots: true,
     };
     for sums in [Sums::default(), all] {
         let grads = grads_kernel::GradsKernel::new(
             settings(C),
             properties(),
             target(),
-            tensor(),
             tensor(),
             tensor(),
             tensor(),
@@ -422,7 +417,6 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
         transposed,
         gates,
         summed: gates,
-        dots: gates,
     };
     let all = [
         sums(true, true, false),
@@ -434,7 +428,6 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
             settings(128),
             properties(),
             target(),
-            tensor(),
             tensor(),
             tensor(),
             tensor(),

@@ -21,16 +21,13 @@ pub(crate) struct Backward {
     gate: Option<DecayGrad<5>>,
 }
 
-/// A read's term of `∂Q`, `diag(a^p) ∂Y Xᵀ` (`… X` when `transposed`), left to the product
-/// that takes the same `∂Y` next (on a GPU device its kernel adds it), and the parts of its
-/// pass's dots (`ρ^p`'s part of the gates' gradient, where the pass kernel gave them), which
-/// that kernel sums.
+/// A read's term of `∂Q`, `diag(a^p) ∂Y Xᵀ` (`… X` when `transposed`), and its parts of
+/// the gates' gradient (from `a^p` and `ρ^p`), left to the product that takes the same `∂Y`
+/// next (on a GPU device its kernel adds them).
 struct Pending {
     x_start: Tensor<5>,
     p: u32,
     transposed: bool,
-    #[cfg(gpu_kernels)]
-    dots: Option<Tensor<4>>,
 }
 
 /// What [`Backward::read`] gives: the state's gradient after every chunk `[b, h, chunks,
@@ -71,10 +68,10 @@ impl Backward {
     /// `X`'s gradient by a scan back over its updates `Qᵀ diag(a^p) ∂Y` (their transpose);
     /// gathers `∂Q`'s term `diag(a^p) ∂Y Xᵀ` (`… X`) and the gates' parts from `a^p` and
     /// `ρ^p`. On a GPU device the updates and the scan back are one kernel
-    /// (`crate::hla::chunks::fused::pass`), which also gives `ρ^p`'s part in parts; `∂Q`'s
-    /// term (with `a^p`'s part of the gates' gradient) and those parts are left to the next
-    /// product, which must take the same `∂Y` (every order's backward pass reads a state,
-    /// then runs the product of the same gradient).
+    /// (`crate::hla::chunks::fused::pass`); `∂Q`'s term and the gates' parts are left to the
+    /// next product, which must take the same `∂Y` and `X`'s gradient after every chunk
+    /// (every order's backward pass reads a state, then runs the product of the same
+    /// gradient and state).
     pub(crate) fn read(
         &mut self,
         q: &Tensor<5>,
@@ -88,8 +85,6 @@ impl Backward {
             x_start,
             p,
             transposed,
-            #[cfg(gpu_kernels)]
-            dots: None,
         };
         #[cfg(gpu_kernels)]
         {
@@ -98,26 +93,11 @@ impl Backward {
                 false => [q, &dy],
                 true => [&dy, q],
             };
-            let starts = self.gate.as_ref().map(|_| &pending.x_start);
-            let back = crate::hla::chunks::fused::pass::pass_back(
-                x_last.as_ref(),
-                ku,
-                (&self.decay, p),
-                starts,
-            );
-            if let Some(walked) = back {
-                let after = walked.states;
-                if walked.dots.is_none() {
-                    self.gather_whole(&after, &pending);
-                }
-                self.pending = Some(Pending {
-                    dots: walked.dots,
-                    ..pending
-                });
-                return Read {
-                    after,
-                    first: walked.end,
-                };
+            let decay = (&self.decay, p);
+            let back = crate::hla::chunks::fused::pass::pass_back(x_last.as_ref(), ku, decay);
+            if let Some((after, first)) = back {
+                self.pending = Some(pending);
+                return Read { after, first };
             }
         }
         let ady = self.decay.since_start(dy, f64::from(p));
@@ -214,10 +194,8 @@ impl Backward {
                 da: da.as_ref(),
                 tied,
                 read: self.pending.as_ref().map(|r| (&r.x_start, r.transposed)),
-                gates: self.gate.as_ref().map(|gate| super::fused::GateAdds {
-                    summed: gate.summed(),
-                    dots: self.pending.as_ref().and_then(|r| r.dots.as_ref()),
-                }),
+                gates: self.gate.is_some(),
+                log_g: self.gate.as_ref().and_then(DecayGrad::summed),
             };
             let grads =
                 super::fused::moment_grads(q, &g, [&a, &u, &t], &x_after, (&self.decay, p), adds);
@@ -232,13 +210,7 @@ impl Backward {
         }
         let power = f64::from(p);
         if let Some(r) = self.pending.take() {
-            #[cfg(gpu_kernels)]
-            if let (Some(gate), Some(dots)) = (&mut self.gate, &r.dots) {
-                gate.whole(
-                    power,
-                    crate::hla::chunks::fused::pass::per_chunk(dots.clone()),
-                );
-            }
+            self.gather_whole(&x_after, &r);
             let ady = self.decay.since_start(g.clone(), power);
             self.add_read_term(q, ady, r);
         }

@@ -13,10 +13,7 @@
 //! block of them: the cube copies each chunk's `K` and `U` into shared memory (`c·(rows +
 //! cols)` floats) and scales `K`'s rows by `f^p`; each unit sums its block's `c` outer
 //! products of four keys and four values and carries its block from chunk to chunk in
-//! registers (each value read from shared memory serves four multiply-adds). Walking back
-//! with the state `Y` the gradient belongs to at every chunk's start, each unit also writes
-//! its block's part of `ρ_m^p ⟨X_{m+1}, Y_m⟩`, the gates' gradient through each chunk's
-//! whole decay (what `X_{m+1}` and `Y_m` would otherwise be read again for).
+//! registers (each value read from shared memory serves four multiply-adds).
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;
@@ -47,23 +44,20 @@ pub(crate) struct Pass {
 /// The kernel on a CubeCL device (every GPU device runs it through fusion as one custom
 /// op). Shapes: `start` `[b, h, rows, cols]` (any strides; any tensor from zeros), `k`
 /// `[blocks, c, rows]`, `u` `[blocks, c, cols]` with blocks = batch × heads × chunks, the
-/// cumulative log gates `b [gb · gh, chunks · c]`, `starts` `[seqs, chunks, rows · cols]`
-/// (any tensor unless `pass.walk.dots`).
+/// cumulative log gates `b [gb · gh, chunks · c]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait ChunkPass: Backend {
-    /// `(states [seqs, chunks, rows · cols], end [b, h, rows, cols], dots [seqs, chunks,
-    /// owned])`: the state every chunk starts from and after the last (back: after every
-    /// chunk, and before the first), and with `pass.walk.dots` each of the `owned` blocks'
-    /// part of `ρ_m^p ⟨X_{m+1}, Y_m⟩` (else `[1]`, unwritten).
+    /// `(states [seqs, chunks, rows · cols], end [b, h, rows, cols])`: the state every
+    /// chunk starts from and after the last (back: after every chunk, and before the
+    /// first).
     #[fusion(meta = pass_specs)]
     fn chunk_pass(
         start: FloatTensor<Self>,
         k: FloatTensor<Self>,
         u: FloatTensor<Self>,
         b: FloatTensor<Self>,
-        starts: FloatTensor<Self>,
         pass: Pass,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
 
 fn pass_specs(
@@ -71,16 +65,14 @@ fn pass_specs(
     k: &TensorSpec,
     u: &TensorSpec,
     _b: &TensorSpec,
-    _starts: &TensorSpec,
     pass: &Pass,
-) -> (TensorSpec, TensorSpec, TensorSpec) {
+) -> (TensorSpec, TensorSpec) {
     let [b, h, rows, cols] = pass.end;
     let states = [b * h, pass.layout.chunks, rows * cols];
     debug_assert_eq!([k.shape[2], u.shape[2]], [rows, cols]);
     (
         TensorSpec::new(Shape::new(states), k.dtype),
         TensorSpec::new(Shape::new(pass.end), k.dtype),
-        TensorSpec::new(pass.dots_shape(), k.dtype),
     )
 }
 
@@ -90,15 +82,6 @@ impl Pass {
         let [.., rows, cols] = self.end;
         rows.div_ceil(TILE) * cols.div_ceil(TILE)
     }
-
-    /// The shape of the blocks' dots: `[seqs, chunks, owned]`, or `[1]` unwritten.
-    fn dots_shape(&self) -> Shape {
-        let [b, h, ..] = self.end;
-        match self.walk.dots {
-            true => Shape::new([b * h, self.layout.chunks, self.owned()]),
-            false => Shape::new([1]),
-        }
-    }
 }
 
 impl ChunkPass for CubeBackend {
@@ -107,18 +90,16 @@ impl ChunkPass for CubeBackend {
         k: FloatTensor<Self>,
         u: FloatTensor<Self>,
         b: FloatTensor<Self>,
-        starts: FloatTensor<Self>,
         pass: Pass,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let [k, u, b, starts] = [k, u, b, starts].map(into_contiguous);
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [k, u, b] = [k, u, b].map(into_contiguous);
         let [_, c, rows] = k.shape().dims::<3>();
         let cols = u.shape().dims::<3>()[2];
         let [bs, h, ..] = pass.end;
         let chunks = pass.layout.chunks;
-        let (states, end, dots) = (
+        let (states, end) = (
             empty(&k, [bs * h, chunks, rows * cols]),
             empty(&k, pass.end),
-            empty(&k, pass.dots_shape()),
         );
         let (dim, tiles) = cube_tiles(pass.owned(), units(&k) as usize);
         let dim = CubeDim::new_1d(dim as u32);
@@ -130,10 +111,8 @@ impl ChunkPass for CubeBackend {
             k.into_tensor_arg(),
             u.into_tensor_arg(),
             b.into_tensor_arg(),
-            starts.into_tensor_arg(),
             states.clone().into_tensor_arg(),
             end.clone().into_tensor_arg(),
-            dots.clone().into_tensor_arg(),
             pass.layout.gate_arg(),
             pass.power as f32,
             tiles,
@@ -142,7 +121,7 @@ impl ChunkPass for CubeBackend {
             cols,
             pass.walk,
         );
-        (states, end, dots)
+        (states, end)
     }
 }
 
@@ -156,36 +135,17 @@ pub(crate) fn pass(
     ku: [&Tensor<5>; 2],
     decay: (&Decay<5>, u32),
 ) -> Option<(Tensor<5>, Tensor<4>)> {
-    let walked = walk(start, ku, decay, (false, None))?;
-    Some((walked.states, walked.end))
+    walk(start, ku, decay, false)
 }
 
 /// [`pass`] walking back from the last chunk with `f = a`, as a state's gradient `∂X`
-/// goes: from `last`, `∂X` after every chunk and before the first. Given the state `Y`
-/// at every chunk's start `starts [b, h, chunks, rows, cols]` (of a decayed call), also
-/// `ρ_m^p ⟨∂X_{m+1}, Y_m⟩` per chunk, in parts ([`Walked::dots`]).
+/// goes: from `last`, `(∂X after every chunk, ∂X before the first)`.
 pub(crate) fn pass_back(
     last: Option<&Tensor<4>>,
     ku: [&Tensor<5>; 2],
     decay: (&Decay<5>, u32),
-    starts: Option<&Tensor<5>>,
-) -> Option<Walked> {
-    walk(last, ku, decay, (true, starts))
-}
-
-/// What a pass gives: the states after every chunk (forward: before), the end, and a pass
-/// back's inner products with the given starts, one part per block of state values the
-/// kernel's units hold, `[b, h, chunks, parts]` (a moment product's kernel sums them where
-/// it gathers the gates' gradient; [`per_chunk`] elsewhere).
-pub(crate) struct Walked {
-    pub(crate) states: Tensor<5>,
-    pub(crate) end: Tensor<4>,
-    pub(crate) dots: Option<Tensor<4>>,
-}
-
-/// A pass back's inner products per chunk, `[b, h, chunks, 1, 1]`, from their parts.
-pub(crate) fn per_chunk(dots: Tensor<4>) -> Tensor<5> {
-    dots.sum_dim(3).unsqueeze_dim(4)
+) -> Option<(Tensor<5>, Tensor<4>)> {
+    walk(last, ku, decay, true)
 }
 
 /// [`pass`] or [`pass_back`].
@@ -193,35 +153,31 @@ fn walk(
     start: Option<&Tensor<4>>,
     [k, u]: [&Tensor<5>; 2],
     (decay, power): (&Decay<5>, u32),
-    (back, starts): (bool, Option<&Tensor<5>>),
-) -> Option<Walked> {
+    back: bool,
+) -> Option<(Tensor<5>, Tensor<4>)> {
     let [bs, h, n, _, rows] = k.dims();
     let cols = u.dims()[4];
     let applies = start.is_none_or(crate::backend::takes_gpu_step)
         && crate::backend::gpu::fits(&k.device(), [bs * h * n * rows * cols]);
     let gates = layout(&[k, u], decay).filter(|_| applies)?;
-    Some(gpu_pass(start, [k, u], gates, (power, back), starts))
+    Some(gpu_pass(start, [k, u], gates, (power, back)))
 }
 
 /// [`walk`]'s kernel call with the chunks' layout and gates `b` ([`super::gates_layout`]),
-/// wherever the tensors are on a CubeCL device; the dots where `starts` are given and the
-/// call decays.
+/// wherever the tensors are on a CubeCL device.
 fn gpu_pass(
     start: Option<&Tensor<4>>,
     [k, u]: [&Tensor<5>; 2],
     (layout, b): (Layout, Tensor<2>),
     (power, back): (u32, bool),
-    starts: Option<&Tensor<5>>,
-) -> Walked {
+) -> (Tensor<5>, Tensor<4>) {
     use burn::backend::Dispatch;
     let [bs, h, n, _, rows] = k.dims();
     let cols = u.dims()[4];
-    let starts = starts.filter(|_| layout.decayed);
     let walk = Walk {
         decayed: layout.decayed,
         back,
         zero_start: start.is_none(),
-        dots: starts.is_some(),
     };
     let pass = Pass {
         layout,
@@ -229,27 +185,22 @@ fn gpu_pass(
         walk,
         end: [bs, h, rows, cols],
     };
-    // From zeros the kernel reads no start, and without dots no starts: a tensor with no
-    // values stands in.
-    let stand_in = || Tensor::<1>::empty([1], &k.device()).into_dispatch();
-    let start = start.map_or_else(stand_in, |x| x.clone().into_dispatch());
-    let starts_in = starts.map_or_else(stand_in, |y| {
-        y.clone().reshape([bs * h, n, rows * cols]).into_dispatch()
-    });
-    let (states, end, dots) = <Dispatch as ChunkPass>::chunk_pass(
+    // From zeros the kernel reads no start: a tensor with no values stands in.
+    let start = start.map_or_else(
+        || Tensor::<1>::empty([1], &k.device()).into_dispatch(),
+        |x| x.clone().into_dispatch(),
+    );
+    let (states, end) = <Dispatch as ChunkPass>::chunk_pass(
         start,
         blocks(k).into_dispatch(),
         blocks(u).into_dispatch(),
         b.into_dispatch(),
-        starts_in,
         pass,
     );
-    let dots = starts.map(|_| Tensor::<3>::from_dispatch(dots).reshape([bs, h, n, pass.owned()]));
-    Walked {
-        states: Tensor::<3>::from_dispatch(states).reshape([bs, h, n, rows, cols]),
-        end: Tensor::from_dispatch(end),
-        dots,
-    }
+    (
+        Tensor::<3>::from_dispatch(states).reshape([bs, h, n, rows, cols]),
+        Tensor::from_dispatch(end),
+    )
 }
 
 /// The units of a cube and the cubes of a sequence for a state of `owned` blocks, with
@@ -312,8 +263,7 @@ mod tests {
     /// after the decay; back: `Kᵀ diag(a^p) U` from the last chunk), over a ragged last
     /// chunk and several tiles of state values per sequence: without decay, with gates per
     /// sequence and head and with a per-head decay (p = 2), from a start state given as a
-    /// transposed view and from zeros; walking back with the decay, the dots `ρ_m^p ⟨X_{m+1},
-    /// Y_m⟩` with a random `Y` (none without decay).
+    /// transposed view and from zeros.
     #[test]
     fn the_pass_is_the_update_and_the_scan() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
@@ -331,28 +281,7 @@ mod tests {
                 let start = Tensor::<4>::random([bs, h, cols, rows], normal, &device);
                 let start = (!zero).then(|| start.swap_dims(2, 3));
                 let gates = gates_layout(&k, &decay);
-                let n = k.dims()[2];
-                let y = Tensor::<5>::random([bs, h, n, rows, cols], normal, &device);
-                let starts = back.then_some(&y);
-                let walked = gpu_pass(start.as_ref(), [&k, &u], gates, (2, back), starts);
-                let Walked { states, end, dots } = walked;
-                let want_dots = starts.filter(|_| log_g.is_some()).map(|y| {
-                    let dot = (states.clone() * y.clone()).sum_dim(4).sum_dim(3);
-                    decay.whole(dot, 2.0)
-                });
-                assert_eq!(
-                    dots.is_some(),
-                    want_dots.is_some(),
-                    "dots where asked, with decay"
-                );
-                if let (Some(dots), Some(want)) = (dots, want_dots) {
-                    let error = relative_rms_error(per_chunk(dots), want);
-                    assert!(
-                        error < 1e-5,
-                        "gates {:?}: dots {error}",
-                        log_g.as_ref().map(|g| g.dims())
-                    );
-                }
+                let (states, end) = gpu_pass(start.as_ref(), [&k, &u], gates, (2, back));
                 let factor = |x: Tensor<5>| match back {
                     false => decay.until_end(x, 2.0),
                     true => decay.since_start(x, 2.0),

@@ -8,15 +8,12 @@ use super::kernel::{Gates, copy_in};
 use crate::hla::gpu::blocks::{gate_row, state_at};
 
 /// How a pass runs (compile-time): with the decay, `back` from the last chunk with `f = a`
-/// (else forward with `f = e`), from zeros (its start state unread), and whether it writes
-/// each block's `ρ_m^p ⟨X_{m+1}, Y_m⟩` with a state `Y` at every chunk's start (`dots`,
-/// with the decay only).
+/// (else forward with `f = e`), and from zeros (its start state unread).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Walk {
     pub(crate) decayed: bool,
     pub(crate) back: bool,
     pub(crate) zero_start: bool,
-    pub(crate) dots: bool,
 }
 
 /// The side of the block of state values a unit of the pass holds in registers: each
@@ -33,10 +30,8 @@ pub(crate) fn pass_kernel(
     k: &Tensor<f32>,
     u: &Tensor<f32>,
     b: &Tensor<f32>,
-    starts: &Tensor<f32>,
     states: &mut Tensor<f32>,
     end: &mut Tensor<f32>,
-    dots: &mut Tensor<f32>,
     gates: &Gates,
     power: f32,
     tiles: usize,
@@ -86,10 +81,6 @@ pub(crate) fn pass_kernel(
         }
         if active {
             write_block(states, chunk * rows * cols, &block, &x, rows, cols);
-            if walk.dots {
-                let dot = block_dot(starts, chunk * rows * cols, &block, &x, rows, cols);
-                dots[chunk * owned + unit] = rho * dot;
-            }
             let delta = block_product(&ks, &us, &block, c, rows, cols);
             #[unroll]
             for e in 0..TILE * TILE {
@@ -224,30 +215,6 @@ fn read_block(
             }
         }
     }
-}
-
-/// `⟨x, Y⟩` over the block's values, with `Y` the `[rows, cols]` state at `offset` of `y`.
-#[cube]
-fn block_dot(
-    y: &Tensor<f32>,
-    offset: usize,
-    block: &Block,
-    x: &Array<f32>,
-    #[comptime] rows: usize,
-    #[comptime] cols: usize,
-) -> f32 {
-    let mut dot = 0.0f32;
-    #[unroll]
-    for a in 0..TILE {
-        #[unroll]
-        for e in 0..TILE {
-            let (i, j) = (block.i0 + a, block.j0 + e);
-            if i < rows && j < cols {
-                dot += x[a * TILE + e] * y[offset + i * cols + j];
-            }
-        }
-    }
-    dot
 }
 
 /// The block's values `x` into the `[rows, cols]` state at `offset` of `out`.

@@ -17,8 +17,8 @@ use crate::hla::chunks::fused::kernel::{
 /// terms so far, `∂A` to a term of the same gradient, with `tied` (`A = U`, as in a key
 /// moment's `W K`) `∂U` to `∂A`, and with `read` the term `diag(a^p) ∂Y Xᵀ` (`… X` when
 /// `transposed`) of the state `X` that `∂Y` read, to ∂Q; with `gates` it also writes the
-/// log gates' gradient from the decay factors it used, with `summed` added to an earlier
-/// kernel's, and with `dots` the read's pass's dots (`ρ^p`'s part) added in.
+/// log gates' gradient from the decay factors it used (the read's `a^p` and `ρ^p` with
+/// `read`), with `summed` added to an earlier kernel's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Sums {
     pub(crate) q: bool,
@@ -28,7 +28,6 @@ pub(crate) struct Sums {
     pub(crate) transposed: bool,
     pub(crate) gates: bool,
     pub(crate) summed: bool,
-    pub(crate) dots: bool,
 }
 
 /// `[∂U, ∂A, G A]` of every chunk with `p = power`, one cube per block and one unit per
@@ -39,8 +38,8 @@ pub(crate) struct Sums {
 /// transposed) that `∂Y` read. The gradients' sums cost no kernel of their own. With
 /// `sums.gates`, `log_g [blocks, c, 1]` gets the log gates' gradient ([`store_log_gates`])
 /// from `∂b_τ`, the gradient of the cumulative log gates through `e^p`, `D^p` and (with
-/// the read) `a^p`; `e^p`'s part through `b_last` is the last token's, whose `∂b` reaches
-/// every gate of the chunk.
+/// the read) `a^p` and `ρ^p`; the parts through `b_last` are the last token's, whose `∂b`
+/// reaches every gate of the chunk.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grads_kernel(
@@ -55,7 +54,6 @@ pub(crate) fn grads_kernel(
     da_in: &Tensor<f32>,
     x_start: &Tensor<f32>,
     log_g_in: &Tensor<f32>,
-    dots: &Tensor<f32>,
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
@@ -253,39 +251,48 @@ pub(crate) fn grads_kernel(
             parts[c + tau] = last_tau[r];
         }
         sync_cube();
-        store_log_gates(&mut parts, dots, log_g_in, log_g, block, power, c, sums);
+        let (p, size) = (power, comptime!(d * n));
+        store_log_gates(
+            &mut parts, x, x_start, log_g_in, log_g, block, p, b_last, c, size, sums,
+        );
     }
 }
 
 /// Writes the log gates' gradient into `log_g [blocks, c, 1]` from each token's part of
 /// `∂b` (`parts[τ]`) and its part through `b_last` (`parts[c + τ]`) in shared memory:
 /// `Σ_{τ≥s} ∂b_τ` at each token `s`, which every part through `b_last` (the last token's
-/// `∂b`) reaches. With `sums.dots`, the read's pass's dots `dots [blocks, 1, parts]` (`ρ^p`'s
-/// part, through `b_last`) times `p` are added first, a token's units summing every `c`-th;
-/// with `sums.summed`, `log_g_in` (an earlier kernel's) too.
+/// `∂b`) reaches. With `sums.read`, the read's part through the state's whole decay
+/// `ρ^p = exp(p b_last)` joins them first: `p ρ^p ⟨∂X, X'⟩`, of `X`'s gradient after the
+/// chunk (`x`) and the state read at its start (`x_start`), `d · n` values each in the
+/// pass's layout, a token's units taking every `c`-th; with `sums.summed`, `log_g_in` (an
+/// earlier kernel's) is added.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn store_log_gates(
     parts: &mut Shared<[f32]>,
-    dots: &Tensor<f32>,
+    x: &Tensor<f32>,
+    x_start: &Tensor<f32>,
     log_g_in: &Tensor<f32>,
     log_g: &mut Tensor<f32>,
     block: usize,
     power: f32,
+    b_last: f32,
     #[comptime] c: usize,
+    #[comptime] size: usize,
     #[comptime] sums: Sums,
 ) {
-    if sums.dots {
-        let count = dots.shape(2);
+    if sums.read {
+        let rho = power * (power * b_last).exp();
+        let at = block * size;
         let mut tau = UNIT_POS as usize;
         while tau < c {
-            let mut sum = 0.0f32;
-            let mut i = tau;
-            while i < count {
-                sum += dots[block * count + i];
-                i += c;
+            let mut dot = 0.0f32;
+            let mut e = tau;
+            while e < size {
+                dot += x[at + e] * x_start[at + e];
+                e += c;
             }
-            parts[c + tau] += power * sum;
+            parts[c + tau] += rho * dot;
             tau += CUBE_DIM as usize;
         }
         sync_cube();

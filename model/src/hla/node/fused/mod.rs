@@ -59,9 +59,8 @@ pub(crate) struct Grads {
 /// `grads.sums` adds to them; any tensor stands in elsewhere) `[blocks, c, d]`, `x_start`
 /// (the state `∂Y` read, at every chunk's start, where `grads.sums.read`; the gates stand
 /// in elsewhere) `[blocks, d, n]` or `[blocks, n, d]`, with blocks = batch × heads ×
-/// chunks; the cumulative log gates `b [gb · gh, chunks · c]`; where `grads.sums` says so,
-/// the log gates' gradient so far `log_g_in [blocks, c, 1]` and the read's pass's dots in
-/// parts `dots [blocks, parts]`.
+/// chunks; the cumulative log gates `b [gb · gh, chunks · c]`; where `grads.sums.summed`,
+/// the log gates' gradient so far `log_g_in [blocks, c, 1]`.
 #[backend_extension(Cube, Fusion)]
 pub(crate) trait MomentGrads: Backend {
     /// `(∂U [blocks, c, n] ([1] when tied), ∂A [blocks, c, d], G A [blocks, c, d], the
@@ -81,7 +80,6 @@ pub(crate) trait MomentGrads: Backend {
         da_in: FloatTensor<Self>,
         x_start: FloatTensor<Self>,
         log_g_in: FloatTensor<Self>,
-        dots: FloatTensor<Self>,
         grads: Grads,
     ) -> (
         FloatTensor<Self>,
@@ -104,7 +102,6 @@ fn grads_specs(
     _da_in: &TensorSpec,
     _x_start: &TensorSpec,
     _log_g_in: &TensorSpec,
-    _dots: &TensorSpec,
     grads: &Grads,
 ) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
     let spec = |shape: &Shape| TensorSpec::new(shape.clone(), q.dtype);
@@ -139,7 +136,6 @@ impl MomentGrads for CubeBackend {
         da_in: FloatTensor<Self>,
         x_start: FloatTensor<Self>,
         log_g_in: FloatTensor<Self>,
-        dots: FloatTensor<Self>,
         grads: Grads,
     ) -> (
         FloatTensor<Self>,
@@ -147,16 +143,15 @@ impl MomentGrads for CubeBackend {
         FloatTensor<Self>,
         FloatTensor<Self>,
     ) {
-        let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in, dots];
-        let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in, dots] =
-            inputs.map(into_contiguous);
+        let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in];
+        let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in] = inputs.map(into_contiguous);
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
         let [du, db] = out_shapes(&q.shape(), &dy.shape(), grads.sums).map(|s| empty(&q, s));
         let (da, dq) = (empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
         let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
         let shared = tiles::grads_tiles_shared(c, d, n, grads.sums.gates);
         if let Some(mma) = tiles_within(&q, fit, shared) {
-            let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in, dots];
+            let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in];
             launch_tiles(inputs, [&du, &da, &dq, &db], grads, mma);
             return (du, da, dq, db);
         }
@@ -177,7 +172,6 @@ impl MomentGrads for CubeBackend {
             da_in.into_tensor_arg(),
             x_start.into_tensor_arg(),
             log_g_in.into_tensor_arg(),
-            dots.into_tensor_arg(),
             du.clone().into_tensor_arg(),
             da.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
@@ -198,12 +192,12 @@ impl MomentGrads for CubeBackend {
 /// [`tiles::grads_tiles_kernel`] into `(∂U, ∂A, ∂Q, ∂log g)`, a cube per block; `inputs`
 /// as [`MomentGrads::moment_grads`] takes them.
 fn launch_tiles(
-    inputs: [CubeTensor; 12],
+    inputs: [CubeTensor; 11],
     [du, da, dq, db]: [&CubeTensor; 4],
     grads: Grads,
     mma: Mma,
 ) {
-    let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in, dots] = inputs;
+    let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in] = inputs;
     let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
     let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
     tiles::grads_tiles_kernel::launch(
@@ -221,7 +215,6 @@ fn launch_tiles(
         da_in.into_tensor_arg(),
         x_start.into_tensor_arg(),
         log_g_in.into_tensor_arg(),
-        dots.into_tensor_arg(),
         du.clone().into_tensor_arg(),
         da.clone().into_tensor_arg(),
         dq.clone().into_tensor_arg(),
@@ -239,30 +232,23 @@ fn launch_tiles(
 
 /// What a moment product's gradients add to: ∂Q's terms so far, a term of `∂A`, whether
 /// `A = U` (`∂A` then takes `∂U`), and the state `∂Y` read (at every chunk's start, and
-/// whether it is read transposed), whose term of ∂Q the kernel adds; and, where the gates
-/// need a gradient, what their gradient adds to.
+/// whether it is read transposed), whose terms of ∂Q and of the gates' gradient the kernel
+/// adds; whether the gates need a gradient, and the log gates' gradient so far (an earlier
+/// kernel's, `[b, h, chunks, c, 1]`).
 #[derive(Clone, Copy)]
 pub(crate) struct Adds<'a> {
     pub(crate) dq: Option<&'a Tensor<5>>,
     pub(crate) da: Option<&'a Tensor<5>>,
     pub(crate) tied: bool,
     pub(crate) read: Option<(&'a Tensor<5>, bool)>,
-    pub(crate) gates: Option<GateAdds<'a>>,
-}
-
-/// What the log gates' gradient adds to: its sum so far `[b, h, chunks, c, 1]` (an
-/// earlier kernel's), and the read's pass's dots in parts `[b, h, chunks, parts]`
-/// (`ρ^p`'s part, through the chunk's last gate).
-#[derive(Clone, Copy)]
-pub(crate) struct GateAdds<'a> {
-    pub(crate) summed: Option<&'a Tensor<5>>,
-    pub(crate) dots: Option<&'a Tensor<4>>,
+    pub(crate) gates: bool,
+    pub(crate) log_g: Option<&'a Tensor<5>>,
 }
 
 /// What [`moment_grads`] gives, in chunks: `∂U [b, h, chunks, c, n]` (`None` when tied),
 /// `∂A` and `∂Q` `[.., c, d]`, and with the gates' gradient the log gates' gradient so
 /// far `[.., c, 1]`: each token's `Σ_{τ≥s} ∂b_τ` over the product's (and the read's) decay
-/// factors, with what [`GateAdds`] adds.
+/// factors, with [`Adds::log_g`] added.
 pub(crate) struct ProductGrads {
     pub(crate) du: Option<Tensor<5>>,
     pub(crate) da: Tensor<5>,
@@ -287,31 +273,22 @@ pub(crate) fn moment_grads(
     operands.extend(adds.dq.into_iter().chain(adds.da));
     operands.extend(adds.read.map(|(x, _)| x));
     let (layout, b) = layout(&operands, decay)?;
-    let gate_adds = adds.gates.unwrap_or(GateAdds {
-        summed: None,
-        dots: None,
-    });
     let sums = Sums {
         q: adds.dq.is_some(),
         a: adds.da.is_some(),
         tied: adds.tied,
         read: adds.read.is_some(),
         transposed: adds.read.is_some_and(|(_, transposed)| transposed),
-        gates: adds.gates.is_some(),
-        summed: gate_adds.summed.is_some(),
-        dots: gate_adds.dots.is_some(),
+        gates: adds.gates,
+        summed: adds.log_g.is_some(),
     };
-    // Where nothing is added, q stands in (unread); without a read, the gates' gradient so
-    // far or the dots, the gates (2-D, so the cost model tells them apart).
+    // Where nothing is added, q stands in (unread); without a read or the gates' gradient
+    // so far, the gates (2-D, so the cost model tells them apart).
     let or_q = |x: Option<&Tensor<5>>| blocks(x.unwrap_or(q)).into_dispatch();
     let or_b =
         |x: Option<Tensor<3>>| x.map_or_else(|| b.clone().into_dispatch(), Tensor::into_dispatch);
     let x_start = or_b(adds.read.map(|(x, _)| blocks(x)));
-    let log_g_in = or_b(gate_adds.summed.map(blocks));
-    let dots = or_b(gate_adds.dots.map(|dots| {
-        let [bs, h, n, parts] = dots.dims();
-        dots.clone().reshape([bs * h * n, 1, parts])
-    }));
+    let log_g_in = or_b(adds.log_g.map(blocks));
     let (du, da, dq, db) = <Dispatch as MomentGrads>::moment_grads(
         blocks(q).into_dispatch(),
         blocks(dy).into_dispatch(),
@@ -324,7 +301,6 @@ pub(crate) fn moment_grads(
         or_q(adds.da),
         x_start,
         log_g_in,
-        dots,
         Grads {
             layout,
             power,
@@ -335,7 +311,7 @@ pub(crate) fn moment_grads(
         du: (!adds.tied).then(|| chunked(du, u)),
         da: chunked(da, q),
         dq: chunked(dq, q),
-        log_g: adds.gates.map(|_| chunked(db, q)),
+        log_g: adds.gates.then(|| chunked(db, q)),
     })
 }
 

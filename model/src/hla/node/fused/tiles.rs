@@ -23,7 +23,7 @@ use cubecl::prelude::*;
 
 use super::kernel::{Sums, store_log_gates};
 use crate::backend::gpu::mma::{Mma, Operand, Product, tile_product};
-use crate::hla::chunks::fused::kernel::{Gates, copy_in, gate_start};
+use crate::hla::chunks::fused::kernel::{Gates, copy_in, gate_start, log_decay};
 use crate::hla::chunks::fused::tiles::{mask_in_place, scale_in_place};
 use gates::{keep_product, mask_parts};
 use outputs::{da_tiles, dq_tiles, du_tiles};
@@ -59,7 +59,6 @@ pub(crate) fn grads_tiles_kernel(
     da_in: &Tensor<f32>,
     x_start: &Tensor<f32>,
     log_g_in: &Tensor<f32>,
-    dots: &Tensor<f32>,
     du: &mut Tensor<f32>,
     da: &mut Tensor<f32>,
     dq: &mut Tensor<f32>,
@@ -136,7 +135,10 @@ pub(crate) fn grads_tiles_kernel(
         a, x_start, dq_in, &gs, &scaled, &products, dq, block, c, d, n, sums, mma,
     );
     if sums.gates {
-        store_log_gates(&mut parts, dots, log_g_in, log_g, block, power, c, sums);
+        let (b_last, size) = (log_decay(b, gate, c - 1, decayed), comptime!(d * n));
+        store_log_gates(
+            &mut parts, x, x_start, log_g_in, log_g, block, power, b_last, c, size, sums,
+        );
     }
 }
 

@@ -6,13 +6,12 @@ use super::super::{Grads, MomentGrads, Sums};
 use crate::agreement::relative_rms_error;
 use crate::backend::{TensorCores, set_tensor_cores};
 use crate::hla::chunks::Chunks;
-use crate::hla::chunks::fused::pass::per_chunk;
 use crate::hla::chunks::fused::{blocks, gates_layout};
 use crate::hla::decay::Decay;
 
 /// A moment product's operands in chunks: `q`, `∂Y`, `A`, `U`, `T`, `∂X` after the
-/// chunk, the terms so far of ∂Q and `∂A`, the state the read took, the log gates'
-/// gradient so far and the read's pass's dots in parts.
+/// chunk, the terms so far of ∂Q and `∂A`, the state the read took, and the log gates'
+/// gradient so far.
 struct Operands {
     q: Tensor<5>,
     dy: Tensor<5>,
@@ -24,7 +23,6 @@ struct Operands {
     da_in: Tensor<5>,
     x_start: Tensor<5>,
     log_g_in: Tensor<5>,
-    dots: Tensor<4>,
 }
 
 /// The gradients the kernel writes, as the composed form computes them: `∂U` (unless
@@ -72,11 +70,14 @@ fn composed(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tenso
         if let Some(read) = read {
             db = db + rows(read, &o.q);
         }
-        // Each token's Σ_{τ≥s} ∂b_τ, with the dots' part through b_last reaching every token.
+        // Each token's Σ_{τ≥s} ∂b_τ; the read's part through ρ^p (p ρ^p ⟨∂X, X'⟩, the two
+        // in the same layout) reaches every token.
         let db = db * p;
         let mut log_g = db.clone().sum_dim(3) - db.clone().cumsum(3) + db;
-        if sums.dots {
-            log_g = log_g + per_chunk(o.dots.clone()) * p;
+        if sums.read {
+            let x_start = o.x_start.clone().reshape(o.x.dims());
+            let dot = (o.x.clone() * x_start).sum_dim(4).sum_dim(3);
+            log_g = log_g + decay.whole(dot, p) * p;
         }
         if sums.summed {
             log_g = log_g + o.log_g_in.clone();
@@ -108,8 +109,6 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
         &o.log_g_in,
     ]
     .map(|t| blocks(t).into_dispatch());
-    let [bs, h, n, parts] = o.dots.dims();
-    let dots = o.dots.clone().reshape([bs * h * n, 1, parts]);
     set_tensor_cores(TensorCores::Emulated);
     let (du, da, dq, db) = <Dispatch as MomentGrads>::moment_grads(
         q,
@@ -123,7 +122,6 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
         da_in,
         x_start,
         log_g_in,
-        dots.into_dispatch(),
         grads,
     );
     // Fusion runs the custom op when its queue flushes.
@@ -147,8 +145,7 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
 /// tiles a chunk (`Tᵀ` and `Gᵀ` from each tile's diagonal on, `G` up to it), `∂U` two
 /// tiles wide, with and without the sums in, tied, the read by rows and by columns,
 /// without decay, with gates per token (p = 2) and their gradient (with and without an
-/// earlier kernel's and the read's pass's dots, more parts than tokens), and with a
-/// per-head decay (p = 3).
+/// earlier kernel's), and with a per-head decay (p = 3).
 #[test]
 fn the_tiles_are_the_composed_gradients() {
     let device = Device::wgpu(DeviceKind::DefaultDevice);
@@ -168,7 +165,6 @@ fn the_tiles_are_the_composed_gradients() {
         transposed,
         gates: false,
         summed: false,
-        dots: false,
     };
     let cases = [
         sums(false, false, false, false, false),
@@ -188,7 +184,6 @@ fn the_tiles_are_the_composed_gradients() {
         let gated = |sums: Sums| Sums {
             gates,
             summed: gates && sums.a,
-            dots: gates && sums.read,
             ..sums
         };
         for sums in cases.map(gated) {
@@ -213,7 +208,6 @@ fn the_tiles_are_the_composed_gradients() {
                     state(d, n)
                 },
                 log_g_in: random(1),
-                dots: Tensor::random([bs, h, chunk_count, 70], normal, &device),
             };
             let got = tiles(&o, &decay, power, sums);
             let want = composed(&o, &decay, power, sums);
