@@ -18,9 +18,10 @@
 //! `X'`) there, its rows of `A`, `U` and `∂Y` and its accumulators in registers, and
 //! writes each once. Where the gates need a gradient, each unit also gathers its tokens'
 //! parts of it from the factors it used: `e^p` (`diag(e^p) A ∂X` against `U`), `D^p`
-//! (`T ⊙ (∂Y Uᵀ)`, its row less its column) and the read's `a^p` (its term of ∂Q against
-//! `Q`). The products run on the CUDA cores; where a device has tensor cores, the step
-//! runs as their tiles instead ([`tiles`]).
+//! (`T ⊙ (∂Y Uᵀ)`, its row less its column), the read's `a^p` (its term of ∂Q against
+//! `Q`) and `ρ^p` (`∂X` against `X'`), and the cube writes the log gates' gradient itself,
+//! the earlier kernel's added. The products run on the CUDA cores; where a device has
+//! tensor cores, the step runs as their tiles instead ([`tiles`]).
 
 pub(crate) mod kernel;
 pub(crate) mod tiles;
