@@ -36,7 +36,6 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 
 use burn_cubecl::cubecl::prelude::CubeDim;
-use burn_cubecl::tensor::CubeTensor;
 
 use crate::backend::gpu::mma::{Mma, planned_within, tile_units, tiles_within};
 use crate::backend::gpu::{cubes, empty, units};
@@ -124,44 +123,19 @@ fn out_shapes(q: &Shape, dy: &Shape, sums: Sums) -> [Shape; 2] {
     [du, db]
 }
 
-impl MomentGrads for CubeBackend {
-    fn moment_grads(
-        q: FloatTensor<Self>,
-        dy: FloatTensor<Self>,
-        a: FloatTensor<Self>,
-        u: FloatTensor<Self>,
-        t: FloatTensor<Self>,
-        x: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        dq_in: FloatTensor<Self>,
-        da_in: FloatTensor<Self>,
-        x_start: FloatTensor<Self>,
-        log_g_in: FloatTensor<Self>,
-        grads: Grads,
-    ) -> (
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-    ) {
-        let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in];
-        let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in] = inputs.map(into_contiguous);
-        let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
-        let [du, db] = out_shapes(&q.shape(), &dy.shape(), grads.sums).map(|s| empty(&q, s));
-        let (da, dq) = (empty(&q, [blocks, c, d]), empty(&q, [blocks, c, d]));
-        let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
-        let shared = tiles::grads_tiles_shared(c, d, n, grads.sums.gates);
-        if let Some(mma) = tiles_within(&q, fit, shared) {
-            let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in];
-            launch_tiles(inputs, [&du, &da, &dq, &db], grads, mma);
-            return (du, da, dq, db);
-        }
-        // A unit's rows: a, u, dy and the sums of ∂U, ∂A and ∂Q.
-        let (count, dim, per_unit) = grid(&q, blocks, c, 3 * (d + n));
-        grads_kernel::launch(
+/// Launches `$kernel`, the register kernel's or the tile kernel's launch (the same
+/// arguments but their last, `$last`), on `$count` cubes of `$dim`: `$inputs` as
+/// [`MomentGrads::moment_grads`] takes them, into `$outputs` `[∂U, ∂A, ∂Q, ∂log g]`.
+macro_rules! launch_grads {
+    ($kernel:expr, ($count:expr, $dim:expr), $inputs:expr, $outputs:expr, $grads:expr, $last:expr) => {{
+        let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in] = $inputs;
+        let [du, da, dq, db] = $outputs;
+        let grads: Grads = $grads;
+        let ([_, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
+        $kernel(
             &q.client.clone(),
-            count,
-            dim,
+            $count,
+            $dim,
             q.into_tensor_arg(),
             dy.into_tensor_arg(),
             a.into_tensor_arg(),
@@ -184,51 +158,58 @@ impl MomentGrads for CubeBackend {
             n,
             grads.layout.decayed,
             grads.sums,
-            per_unit,
+            $last,
+        )
+    }};
+}
+
+impl MomentGrads for CubeBackend {
+    fn moment_grads(
+        q: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+        a: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        t: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        dq_in: FloatTensor<Self>,
+        da_in: FloatTensor<Self>,
+        x_start: FloatTensor<Self>,
+        log_g_in: FloatTensor<Self>,
+        grads: Grads,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in].map(into_contiguous);
+        let (q, u) = (&inputs[0], &inputs[3]);
+        let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
+        let [du, db] = out_shapes(&q.shape(), &inputs[1].shape(), grads.sums).map(|s| empty(q, s));
+        let (da, dq) = (empty(q, [blocks, c, d]), empty(q, [blocks, c, d]));
+        let outputs = [&du, &da, &dq, &db];
+        let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
+        let shared = tiles::grads_tiles_shared(c, d, n, grads.sums.gates);
+        if let Some(mma) = tiles_within(q, fit, shared) {
+            let dim = CubeDim::new_1d(tile_units(&mma, units(q) as usize) as u32);
+            let count = cubes(q, blocks);
+            let kernel = tiles::grads_tiles_kernel::launch;
+            launch_grads!(kernel, (count, dim), inputs, outputs, grads, mma);
+            return (du, da, dq, db);
+        }
+        // A unit's rows: a, u, dy and the sums of ∂U, ∂A and ∂Q.
+        let (count, dim, per_unit) = grid(q, blocks, c, 3 * (d + n));
+        launch_grads!(
+            grads_kernel::launch,
+            (count, dim),
+            inputs,
+            outputs,
+            grads,
+            per_unit
         );
         (du, da, dq, db)
     }
-}
-
-/// [`tiles::grads_tiles_kernel`] into `(∂U, ∂A, ∂Q, ∂log g)`, a cube per block; `inputs`
-/// as [`MomentGrads::moment_grads`] takes them.
-fn launch_tiles(
-    inputs: [CubeTensor; 11],
-    [du, da, dq, db]: [&CubeTensor; 4],
-    grads: Grads,
-    mma: Mma,
-) {
-    let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in] = inputs;
-    let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
-    let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
-    tiles::grads_tiles_kernel::launch(
-        &q.client.clone(),
-        cubes(&q, blocks),
-        dim,
-        q.into_tensor_arg(),
-        dy.into_tensor_arg(),
-        a.into_tensor_arg(),
-        u.into_tensor_arg(),
-        t.into_tensor_arg(),
-        x.into_tensor_arg(),
-        b.into_tensor_arg(),
-        dq_in.into_tensor_arg(),
-        da_in.into_tensor_arg(),
-        x_start.into_tensor_arg(),
-        log_g_in.into_tensor_arg(),
-        du.clone().into_tensor_arg(),
-        da.clone().into_tensor_arg(),
-        dq.clone().into_tensor_arg(),
-        db.clone().into_tensor_arg(),
-        grads.layout.gate_arg(),
-        grads.power as f32,
-        c,
-        d,
-        n,
-        grads.layout.decayed,
-        grads.sums,
-        mma,
-    );
 }
 
 /// What a moment product's gradients add to: ∂Q's terms so far, a term of `∂A`, whether
