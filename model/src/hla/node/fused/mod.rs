@@ -105,8 +105,8 @@ fn grads_specs(
     grads: &Grads,
 ) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
     let spec = |shape: &Shape| TensorSpec::new(shape.clone(), q.dtype);
-    let [du, db] = out_shapes(&q.shape, &dy.shape, grads.sums);
-    (spec(&du), spec(&q.shape), spec(&q.shape), spec(&db))
+    let [du, log_g] = out_shapes(&q.shape, &dy.shape, grads.sums);
+    (spec(&du), spec(&q.shape), spec(&q.shape), spec(&log_g))
 }
 
 /// The shapes of `∂U` (`∂Y`'s, or one float, unwritten, when `∂A` takes it) and the log
@@ -115,12 +115,12 @@ fn grads_specs(
 fn out_shapes(q: &Shape, dy: &Shape, sums: Sums) -> [Shape; 2] {
     let one = || Shape::new([1]);
     let du = if sums.tied { one() } else { dy.clone() };
-    let db = if sums.gates {
+    let log_g = if sums.gates {
         Shape::new([q[0], q[1], 1])
     } else {
         one()
     };
-    [du, db]
+    [du, log_g]
 }
 
 /// Launches `$kernel`, the register kernel's or the tile kernel's launch (the same
@@ -129,7 +129,7 @@ fn out_shapes(q: &Shape, dy: &Shape, sums: Sums) -> [Shape; 2] {
 macro_rules! launch_grads {
     ($kernel:expr, ($count:expr, $dim:expr), $inputs:expr, $outputs:expr, $grads:expr, $last:expr) => {{
         let [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in] = $inputs;
-        let [du, da, dq, db] = $outputs;
+        let [du, da, dq, log_g] = $outputs;
         let grads: Grads = $grads;
         let ([_, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
         $kernel(
@@ -150,7 +150,7 @@ macro_rules! launch_grads {
             du.clone().into_tensor_arg(),
             da.clone().into_tensor_arg(),
             dq.clone().into_tensor_arg(),
-            db.clone().into_tensor_arg(),
+            log_g.clone().into_tensor_arg(),
             grads.layout.gate_arg(),
             grads.power as f32,
             c,
@@ -186,9 +186,10 @@ impl MomentGrads for CubeBackend {
         let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in].map(into_contiguous);
         let (q, u) = (&inputs[0], &inputs[3]);
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
-        let [du, db] = out_shapes(&q.shape(), &inputs[1].shape(), grads.sums).map(|s| empty(q, s));
+        let [du, log_g] =
+            out_shapes(&q.shape(), &inputs[1].shape(), grads.sums).map(|s| empty(q, s));
         let (da, dq) = (empty(q, [blocks, c, d]), empty(q, [blocks, c, d]));
-        let outputs = [&du, &da, &dq, &db];
+        let outputs = [&du, &da, &dq, &log_g];
         let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
         let shared = tiles::grads_tiles_shared(c, d, n, grads.sums.gates);
         if let Some(mma) = tiles_within(q, fit, shared) {
@@ -196,7 +197,7 @@ impl MomentGrads for CubeBackend {
             let count = cubes(q, blocks);
             let kernel = tiles::grads_tiles_kernel::launch;
             launch_grads!(kernel, (count, dim), inputs, outputs, grads, mma);
-            return (du, da, dq, db);
+            return (du, da, dq, log_g);
         }
         // A unit's rows: a, u, dy and the sums of ∂U, ∂A and ∂Q.
         let (count, dim, per_unit) = grid(q, blocks, c, 3 * (d + n));
@@ -208,7 +209,7 @@ impl MomentGrads for CubeBackend {
             grads,
             per_unit
         );
-        (du, da, dq, db)
+        (du, da, dq, log_g)
     }
 }
 
@@ -271,7 +272,7 @@ pub(crate) fn moment_grads(
         |x: Option<Tensor<3>>| x.map_or_else(|| b.clone().into_dispatch(), Tensor::into_dispatch);
     let x_start = or_b(adds.read.map(|(x, _)| blocks(x)));
     let log_g_in = or_b(adds.log_g.map(blocks));
-    let (du, da, dq, db) = <Dispatch as MomentGrads>::moment_grads(
+    let (du, da, dq, log_g) = <Dispatch as MomentGrads>::moment_grads(
         blocks(q).into_dispatch(),
         blocks(dy).into_dispatch(),
         blocks(a).into_dispatch(),
@@ -293,14 +294,14 @@ pub(crate) fn moment_grads(
         du: (!adds.tied).then(|| chunked(du, u)),
         da: chunked(da, q),
         dq: chunked(dq, q),
-        log_g: adds.gates.then(|| chunked(db, q)),
+        log_g: adds.gates.then(|| chunked(log_g, q)),
     })
 }
 
 /// Whether fusion's custom op `id` is the kernel on tensor-core tiles on an H100 or H200
-/// ([`tiles`], with `shared` bytes a cube), from its inputs' and outputs' shapes (`∂b`,
-/// the fourth output, `[blocks, c, 1]` where the gates take a gradient): what the cost
-/// model plans for those GPUs, the tensor cores not turned off.
+/// ([`tiles`], with `shared` bytes a cube), from its inputs' and outputs' shapes (the log
+/// gates' gradient, the fourth output, `[blocks, c, 1]` where the gates take one): what
+/// the cost model plans for those GPUs, the tensor cores not turned off.
 pub(crate) fn planned_tiles(
     id: &str,
     inputs: &[Vec<usize>],
@@ -311,7 +312,7 @@ pub(crate) fn planned_tiles(
         return false;
     }
     let ([_, c, d], n) = (sizes(&inputs[0]).map(|x| x as usize), inputs[1][2]);
-    let gates = outputs.get(3).is_some_and(|db| db.len() == 3);
+    let gates = outputs.get(3).is_some_and(|log_g| log_g.len() == 3);
     let fit = |mma: &Mma| tiles::grads_tiles_fit(mma, c, d, n);
     planned_within(fit, tiles::grads_tiles_shared(c, d, n, gates), shared)
 }

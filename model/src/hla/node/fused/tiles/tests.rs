@@ -110,7 +110,7 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
     ]
     .map(|t| blocks(t).into_dispatch());
     set_tensor_cores(TensorCores::Emulated);
-    let (du, da, dq, db) = <Dispatch as MomentGrads>::moment_grads(
+    let (du, da, dq, log_g) = <Dispatch as MomentGrads>::moment_grads(
         q,
         dy,
         a,
@@ -128,7 +128,7 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
     o.q.device().sync().expect("the device runs the kernel");
     set_tensor_cores(TensorCores::default());
     let [bs, h, n, c, _] = o.dy.dims();
-    let grads = [du, da, dq, db]
+    let grads = [du, da, dq, log_g]
         .into_iter()
         .take(3 + usize::from(sums.gates));
     grads
