@@ -578,6 +578,56 @@ fn seeded_runs_repeat() {
     assert_eq!(a, b);
 }
 
+/// `train.form` trains in that form: after four steps the node's and the composed form's
+/// weights are the default form's (the CPU kernels) within 1e-5, yet not all equal to them
+/// (another sum order), so the form did change what ran.
+#[test]
+fn the_forms_train_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path(), "hla2");
+    let weights = |form: &str| {
+        let run = dir.path().join(form);
+        let export = dir.path().join(format!("{form}-export"));
+        let set = format!("train.form={form}");
+        let [config, run, export] = [&config, &run, &export].map(|p| p.to_str().unwrap());
+        let out = ok(
+            dir.path(),
+            &["train", "--config", config, "--out", run, "--set", &set],
+        );
+        assert_eq!(out.contains(&format!("the {form} form")), form != "auto");
+        let args = [
+            "export",
+            "--run",
+            run,
+            "--format",
+            "safetensors",
+            "--out",
+            export,
+        ];
+        ok(dir.path(), &args);
+        common::read_safetensors(&Path::new(export).join("model.safetensors"))
+    };
+    let auto = weights("auto");
+    for form in ["node", "composed"] {
+        let other = weights(form);
+        assert_eq!(
+            other.keys().collect::<Vec<_>>(),
+            auto.keys().collect::<Vec<_>>()
+        );
+        let pairs = || {
+            auto.values()
+                .zip(other.values())
+                .flat_map(|(a, b)| a.iter().zip(b))
+        };
+        let gap = pairs().map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(gap < 1e-5, "{form}: weights {gap} from the default form's");
+        assert!(
+            pairs().any(|(a, b)| a != b),
+            "{form} ran what the default runs"
+        );
+    }
+}
+
 /// Killed at any moment (SIGKILL), a run resumes from its last complete checkpoint and
 /// reaches its final step; every checkpoint left reads back.
 #[test]

@@ -9,8 +9,9 @@ use super::config::RunConfig;
 use super::run_dir::RunDir;
 use super::usage::usage;
 
-/// Keys that say where a run trains, not what: a run continues on other devices.
-const PLACEMENT: [&str; 2] = ["train.devices", "train.strategy"];
+/// Keys that say where and how a run computes, not what: a run continues on other devices
+/// or in another form (whose numbers agree to 1e-4).
+const PLACEMENT: [&str; 3] = ["train.devices", "train.strategy", "train.form"];
 
 /// Keys a resumed run may change: how long it trains, how often it validates and keeps
 /// checkpoints, when it stops early, and the optimiser's schedule and coefficients (a run
@@ -161,8 +162,10 @@ mod tests {
         assert_eq!(changes.schedule[0].to_string(), "train.lr: 0.001 → 0.003");
         assert_eq!(changes.schedule.len(), 1);
         assert_eq!(Changes::between(&a, &a), Changes::default());
-        let elsewhere = config(&["train.devices=[\"flex\", \"flex\"]"]);
-        assert_eq!(Changes::between(&a, &elsewhere), Changes::default());
+        for placement in ["train.devices=[\"flex\", \"flex\"]", "train.form=\"node\""] {
+            let elsewhere = config(&[placement]);
+            assert_eq!(Changes::between(&a, &elsewhere), Changes::default());
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::usage::UsageError;
 
 mod train;
 
-pub use train::{Strategy, TrainSection};
+pub use train::{Form, Strategy, TrainSection};
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]

@@ -1,6 +1,7 @@
 //! The run config's parsing, defaults, overrides and error messages.
 
 use hla_data::prepared::Split;
+use hla_model::backend::Kernels;
 use hla_model::lm::{FeatureMap, LmConfig};
 
 use super::train::Clip;
@@ -251,6 +252,32 @@ fn shipped_configs_are_valid() {
         count += 1;
     }
     assert!(count >= 9, "smoke, 5 shakespeare-char and 3 mqar configs");
+}
+
+/// `train.form` picks the kernels a run sets; the default leaves the device's own.
+#[test]
+fn the_form_names_the_kernels_a_run_sets() {
+    assert_eq!(RunConfig::parse(FILE, &[]).unwrap().train.form, Form::Auto);
+    for (name, kernels) in [
+        ("auto", Kernels::default()),
+        ("fused", Kernels::All),
+        ("node", Kernels::Nodes),
+        ("composed", Kernels::None),
+    ] {
+        let config = RunConfig::parse(FILE, &[format!("train.form={name}")]).unwrap();
+        assert_eq!(config.train.form.kernels(), kernels, "{name}");
+        assert_eq!(RunConfig::parse(&config.to_toml(), &[]).unwrap(), config);
+    }
+    let node = RunConfig::parse(FILE, &["train.form=node".into()]).unwrap();
+    assert!(node.train.describe_devices().ends_with(", the node form"));
+    let err = format!(
+        "{:#}",
+        RunConfig::parse(FILE, &["train.form=tiles".into()]).unwrap_err()
+    );
+    assert!(
+        err.contains("\"tiles\" is not one of auto, fused, node, composed"),
+        "{err}"
+    );
 }
 
 #[test]

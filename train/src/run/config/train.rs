@@ -1,6 +1,7 @@
 //! `[train]`: optimisation, evaluation, checkpoints and devices of a run config.
 
 use anyhow::{Result, bail};
+use hla_model::backend::Kernels;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::run::devices::{self, Spec};
@@ -43,6 +44,8 @@ pub struct TrainSection {
     pub devices: Vec<String>,
     /// How several devices train together.
     pub strategy: Strategy,
+    /// Which form the mixers' ops run in: the same numbers (within 1e-4), other kernels.
+    pub form: Form,
 }
 
 /// What `train.grad_clip` limits.
@@ -65,6 +68,33 @@ pub enum Strategy {
     /// A model per device, gradients all-reduced between them (`ExecutionStrategy::ddp`,
     /// NCCL: CUDA devices only).
     Ddp,
+}
+
+/// Which form a run's ops take (`train.form`): what `hla bench --form` and `hla verify
+/// --form` measure and check, for training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// The device's default: the CPU kernels on CPU devices, the composed forms on GPU
+    /// devices.
+    Auto,
+    /// The hand-written kernels, the GPU's too.
+    Fused,
+    /// The chunked HLA's node (one autodiff node, its fused kernels on a GPU device).
+    Node,
+    /// Burn's ops alone.
+    Composed,
+}
+
+impl Form {
+    /// The kernels a run of this form sets, process-wide, while it trains.
+    pub fn kernels(self) -> Kernels {
+        match self {
+            Self::Auto => Kernels::default(),
+            Self::Fused => Kernels::All,
+            Self::Node => Kernels::Nodes,
+            Self::Composed => Kernels::None,
+        }
+    }
 }
 
 /// [`hla_model::config_names!`] and serde, by the lowercase names config files use.
@@ -91,6 +121,7 @@ macro_rules! by_name {
 
 by_name!(Strategy { Multi => "multi", Ddp => "ddp" });
 by_name!(Clip { Global => "global", Parameter => "parameter" });
+by_name!(Form { Auto => "auto", Fused => "fused", Node => "node", Composed => "composed" });
 
 impl Default for TrainSection {
     fn default() -> Self {
@@ -114,6 +145,7 @@ impl Default for TrainSection {
             seed: 1337,
             devices: Vec::new(),
             strategy: Strategy::Multi,
+            form: Form::Auto,
         }
     }
 }
@@ -216,20 +248,31 @@ impl TrainSection {
         self.batch_size / self.devices.len().max(1)
     }
 
-    /// How `hla info` and the start of a run describe the devices and the batch.
+    /// What a run says of its form: nothing for the device's default, else `, the <form>
+    /// form`.
+    pub fn form_note(&self) -> String {
+        match self.form {
+            Form::Auto => String::new(),
+            form => format!(", the {} form", form.name()),
+        }
+    }
+
+    /// How `hla info` and the start of a run describe the devices, the batch and the form.
     pub fn describe_devices(&self) -> String {
         let names = &self.devices;
         let n = names.len().max(1);
         let per_step = self.batch_size * self.grad_accumulation;
+        let form = self.form_note();
         if n == 1 {
             let device = names.first().map_or(devices::default_name(), |d| d);
             return format!(
-                "{device}: batch {}, {per_step} examples per optimiser step",
+                "{device}: batch {}, {per_step} examples per optimiser step{form}",
                 self.batch_size
             );
         }
         format!(
-            "{} ({}): batch {} = {n} × {} per device, {per_step} examples per optimiser step",
+            "{} ({}): batch {} = {n} × {} per device, {per_step} examples per optimiser \
+             step{form}",
             names.join(", "),
             self.strategy.name(),
             self.batch_size,

@@ -18,9 +18,10 @@ use burn::train::{
     Interrupter, Learner, LearningResult, MetricEarlyStoppingStrategy, StoppingCondition,
     SupervisedTraining,
 };
+use hla_model::backend::{Kernels, kernels, set_kernels};
 use hla_model::lm::Lm;
 
-use crate::run::config::{RunConfig, TrainSection};
+use crate::run::config::{Form, RunConfig, TrainSection};
 use crate::run::data::Data;
 use crate::run::devices;
 use crate::run::finish::{self, Finished};
@@ -64,6 +65,7 @@ pub fn train(job: &Job) -> Result<()> {
     let devices = devices::parse_all(&t.devices)?;
     let run = RunDir::new(out);
     let _lock = run.lock()?;
+    let _form = FormGuard::set(t.form);
     // A resume that would change what the run is, or skip or repeat steps, is refused
     // before anything in the folder is touched.
     let Start {
@@ -179,6 +181,24 @@ fn claim(run: &RunDir, job: &Job) -> Result<()> {
     Ok(())
 }
 
+/// `train.form`'s kernels while a run trains, the kernels before it afterwards (`hla
+/// compare` trains several runs in one process).
+struct FormGuard(Kernels);
+
+impl FormGuard {
+    fn set(form: Form) -> Self {
+        let before = kernels();
+        set_kernels(form.kernels());
+        Self(before)
+    }
+}
+
+impl Drop for FormGuard {
+    fn drop(&mut self) {
+        set_kernels(self.0);
+    }
+}
+
 /// The seeded model on the (main) device's autodiff device, every parameter drawn now.
 fn init_lm(job: &Job, device: &Device, data: &Data) -> Lm {
     let (config, t) = (job.config, &job.config.train);
@@ -188,7 +208,7 @@ fn init_lm(job: &Job, device: &Device, data: &Data) -> Lm {
     let on = if t.devices.len() > 1 {
         t.describe_devices()
     } else {
-        format!("{device:?}")
+        format!("{device:?}{}", t.form_note())
     };
     println!(
         "training {} ({} parameters) for {} steps on {on}, into {}",
