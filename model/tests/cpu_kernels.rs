@@ -83,11 +83,11 @@ fn cpu_kernels_change_no_loss_and_no_gradient() {
                 tokens(&mut rng, (3, 21), &ad),
                 tokens(&mut rng, (3, 21), &ad),
             );
-            set_kernels(Kernels::Cpu);
+            set_kernels(Kernels::Auto);
             let kernel = loss_and_grads(&lm, &inputs, &targets);
             set_kernels(Kernels::None);
             let composed = loss_and_grads(&lm, &inputs, &targets);
-            set_kernels(Kernels::Cpu);
+            set_kernels(Kernels::Auto);
             let case = format!("{config:?} on {device:?}");
             let loss_error = rel_rms(&kernel.0, &composed.0);
             assert!(loss_error < 1e-5, "{case}: loss error {loss_error:e}");
@@ -113,7 +113,7 @@ fn cpu_serial_steps_equal_the_composed_recurrence() {
             let lm = config.init(&device);
             let ids = tokens(&mut Rng::new(7), (2, 13), &device);
             let mut runs = Vec::new();
-            for kernels in [Kernels::Cpu, Kernels::None] {
+            for kernels in [Kernels::Auto, Kernels::None] {
                 set_kernels(kernels);
                 let mut state = lm.init_state(2);
                 let mut steps = vec![lm.prefill(ids.clone().slice(s![.., 0..5]), &mut state)];
@@ -123,7 +123,7 @@ fn cpu_serial_steps_equal_the_composed_recurrence() {
                 }
                 runs.push(Tensor::cat(steps, 1));
             }
-            set_kernels(Kernels::Cpu);
+            set_kernels(Kernels::Auto);
             let error = rel_rms(&runs[0], &runs[1]);
             assert!(
                 error < 1e-5,

@@ -44,28 +44,34 @@ pub(crate) use host::Host;
 
 /// Which hand-written kernels run in place of the composed forms.
 ///
-/// The GPU kernels are off by default. On an NVIDIA H200 (experiments/bench/gpu-cuda and
-/// gpu-wgpu), at B4 T2048 H16 d128, their forward+backward took 14 to 36 times as long as
-/// the composed forms, which run on Burn's autotuned tiled matmuls, on cuda and on wgpu
-/// alike (on lavapipe, too, they were slower). They stay as the base of faster kernels, and
-/// the bench and the tests turn them on.
+/// By default ([`Kernels::Auto`]) a CPU device runs the CPU kernels and a GPU device the
+/// chunked HLA's node and the attention's kernels, the forms the cost model (`hla bench
+/// --only cost`) puts ahead of the composed forms on a GPU until one is measured: at
+/// flash-linear-attention's shape (B4 T2048 H16 d128) hla2's node launches 10 kernels
+/// against 139 and moves 3.71 GB against 9.75 forward and backward. The chunked HLA's GPU
+/// kernels are off: on an NVIDIA H200
+/// (experiments/bench/gpu-cuda and gpu-wgpu), at that shape, their forward+backward took 14
+/// to 36 times as long as the composed forms, which run on Burn's autotuned tiled matmuls,
+/// on cuda and on wgpu alike. They stay as the base of faster kernels, and the bench and
+/// the tests turn them on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Kernels {
     /// Every op runs its composed form.
     None,
-    /// The CPU kernels on CPU devices; the composed forms on GPU devices.
+    /// The CPU kernels on CPU devices; on GPU devices the nodes (as [`Kernels::Nodes`])
+    /// and the attention's kernels, every other op composed.
     #[default]
-    Cpu,
+    Auto,
     /// The CPU kernels on CPU devices, the GPU kernels on GPU devices.
     All,
     /// Every op with a node (the chunked HLA of every order, `crate::hla::node`) runs
     /// it, on every device (on a CubeCL device, its scans over the chunks as one kernel
     /// each): to measure the nodes against the composed forms and the kernels. Other ops
-    /// as with [`Kernels::Cpu`].
+    /// as with [`Kernels::Auto`].
     Nodes,
 }
 
-static KERNELS: AtomicU8 = AtomicU8::new(Kernels::Cpu as u8);
+static KERNELS: AtomicU8 = AtomicU8::new(Kernels::Auto as u8);
 
 /// Sets which hand-written kernels run, process-wide (to measure what they gain, or to
 /// rule them out).
@@ -77,7 +83,7 @@ pub fn set_kernels(kernels: Kernels) {
 pub fn kernels() -> Kernels {
     match KERNELS.load(Ordering::Relaxed) {
         0 => Kernels::None,
-        1 => Kernels::Cpu,
+        1 => Kernels::Auto,
         2 => Kernels::All,
         _ => Kernels::Nodes,
     }
@@ -119,9 +125,15 @@ pub(crate) fn takes_cpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
     kernels() != Kernels::None && x.dtype() == DType::F32 && on_cpu(&x.device())
 }
 
-/// Whether an op on `x` with a node takes it: f32, [`Kernels::Nodes`].
+/// Whether an op on `x` with a node takes it: f32, [`Kernels::Nodes`], or by default on a
+/// GPU device.
 pub(crate) fn takes_node<const D: usize>(x: &Tensor<D>) -> bool {
-    kernels() == Kernels::Nodes && x.dtype() == DType::F32
+    let on = match kernels() {
+        Kernels::Nodes => true,
+        Kernels::Auto => on_gpu(&x.device()),
+        Kernels::None | Kernels::All => false,
+    };
+    on && x.dtype() == DType::F32
 }
 
 /// Whether an op on `x` takes its GPU kernel: f32 on a CubeCL device, GPU kernels on.
@@ -130,14 +142,23 @@ pub(crate) fn takes_gpu_kernel<const D: usize>(x: &Tensor<D>) -> bool {
     kernels() == Kernels::All && x.dtype() == DType::F32 && on_gpu(&x.device())
 }
 
+/// Whether the causal attention on `x` takes its GPU kernels: f32 on a CubeCL device,
+/// unless the composed forms are asked for; the cost model puts them ahead of the
+/// composed form (FlashAttention-2's tiling: at B4 T2048 H16 d128, 4 launches against 38
+/// and 7.5 GB against 34.2, forward and backward).
+#[cfg(gpu_kernels)]
+pub(crate) fn takes_attention_kernel<const D: usize>(x: &Tensor<D>) -> bool {
+    kernels() != Kernels::None && x.dtype() == DType::F32 && on_gpu(&x.device())
+}
+
 /// Whether an untracked step on `x` inside a pass (the node's scans) takes its GPU kernel:
 /// f32 on a CubeCL device without autodiff (the steps have no backward pass; an untracked
 /// tensor on an autodiff device, such as fixed gates, stays composed), with the GPU
-/// kernels or the nodes on.
+/// kernels or the nodes on (by default, on a GPU device).
 #[cfg(gpu_kernels)]
 pub(crate) fn takes_gpu_step<const D: usize>(x: &Tensor<D>) -> bool {
     let device = x.device();
-    matches!(kernels(), Kernels::All | Kernels::Nodes)
+    kernels() != Kernels::None
         && x.dtype() == DType::F32
         && !device.is_autodiff()
         && on_gpu(&device)
@@ -182,18 +203,36 @@ pub fn on_gpu(device: &Device) -> bool {
 mod tests {
     use super::*;
 
-    /// A GPU device takes the composed forms until the GPU kernels are turned on, and a
-    /// wgpu device (Vulkan: no TF32 type) keeps f32 matmuls in f32.
+    /// By default a GPU device (with autodiff too) takes the nodes and the attention's
+    /// kernels, the chunked HLA's GPU kernels only when turned on, a CPU device none of
+    /// them; a wgpu device (Vulkan: no TF32 type) keeps f32 matmuls in f32.
     #[test]
-    fn gpu_kernels_run_only_when_turned_on() {
+    fn gpu_devices_take_the_nodes_and_the_kernels_when_turned_on() {
         let gpu = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
         let x = Tensor::<1>::zeros([4], &gpu);
-        assert_eq!(kernels(), Kernels::Cpu);
-        assert!(!takes_gpu_kernel(&x));
+        let tracked = Tensor::<1>::zeros([4], &gpu.clone().autodiff());
+        let cpu = Tensor::<1>::zeros([4], &Device::flex());
+        assert_eq!(kernels(), Kernels::Auto);
+        let auto = [takes_node(&x), takes_node(&tracked), takes_node(&cpu)];
+        let attention = [
+            takes_attention_kernel(&tracked),
+            takes_attention_kernel(&cpu),
+        ];
+        let steps = [takes_gpu_step(&x), takes_gpu_kernel(&x)];
         set_kernels(Kernels::All);
-        let on = takes_gpu_kernel(&x);
+        let all = [takes_gpu_kernel(&x), takes_node(&x)];
+        set_kernels(Kernels::None);
+        let none = [
+            takes_node(&x),
+            takes_gpu_step(&x),
+            takes_attention_kernel(&x),
+        ];
         set_kernels(Kernels::default());
-        assert!(on);
+        assert_eq!(auto, [true, true, false]);
+        assert_eq!(attention, [true, false]);
+        assert_eq!(steps, [true, false]);
+        assert_eq!(all, [true, false]);
+        assert_eq!(none, [false, false, false]);
         assert!(!tf32_matmuls(&gpu));
     }
 }

@@ -44,30 +44,36 @@ fn results(case: &Case, form: Form, device: &Device) -> Vec<(String, Tensor<4>)>
     out
 }
 
+/// Every order's forms on the GPU, by default (the chunked form as the node) and composed,
+/// against the CPU's.
 #[test]
 fn hla_forms_match_the_cpu() {
     let _switch = kernels(Kernels::default());
     let (gpu, cpu) = (gpu(), cpu());
     let mut worst: f64 = 0.0;
-    for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
-        for gates in [Gates::None, Gates::Data { lo: 0.85 }] {
-            // 17 tokens in chunks of 8: two full chunks and a ragged one.
-            let case = Case {
-                gates,
-                init_state: true,
-                ..Case::new(order)
-            };
-            for form in [Form::Recurrent, Form::Chunked(8)] {
-                let want = results(&case, form, &cpu);
-                let got = results(&case, form, &gpu);
-                assert_eq!(got.len(), want.len());
-                for ((name, g), (_, w)) in got.iter().zip(&want) {
-                    let err = rel_rms(g, w);
-                    assert!(
-                        err <= TOL,
-                        "{order:?} {form:?} {name}: wgpu vs ndarray {err:.3e} for {case:?}"
-                    );
-                    worst = worst.max(err);
+    for route in [Kernels::default(), Kernels::None] {
+        hla_model::backend::set_kernels(route);
+        for order in [Order::First, Order::Second, Order::Third, Order::Asymmetric] {
+            for gates in [Gates::None, Gates::Data { lo: 0.85 }] {
+                // 17 tokens in chunks of 8: two full chunks and a ragged one.
+                let case = Case {
+                    gates,
+                    init_state: true,
+                    ..Case::new(order)
+                };
+                for form in [Form::Recurrent, Form::Chunked(8)] {
+                    let want = results(&case, form, &cpu);
+                    let got = results(&case, form, &gpu);
+                    assert_eq!(got.len(), want.len());
+                    for ((name, g), (_, w)) in got.iter().zip(&want) {
+                        let err = rel_rms(g, w);
+                        assert!(
+                            err <= TOL,
+                            "{route:?} {order:?} {form:?} {name}: wgpu vs ndarray {err:.3e} for \
+                             {case:?}"
+                        );
+                        worst = worst.max(err);
+                    }
                 }
             }
         }

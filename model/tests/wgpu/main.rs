@@ -3,7 +3,8 @@
 //! and weights, and the GPU kernels and the nodes give their composed forms' numbers
 //! ([`hla`], [`attention`], [`lm`]). Shapes stay small: a software Vulkan device
 //! (lavapipe, in CI) compiles every shader on the CPU. The tests take turns ([`SWITCH`]):
-//! they switch the process-wide kernels, which are off by default on a GPU.
+//! they switch the process-wide kernels (by default a GPU runs the nodes, not the GPU
+//! kernels).
 #![cfg(all(feature = "wgpu", feature = "ndarray"))]
 
 #[path = "../common/mod.rs"]
@@ -38,7 +39,8 @@ fn to_cpu<const D: usize>(t: Tensor<D>) -> Tensor<D> {
 static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A test's turn at [`SWITCH`] with the kernels set to `kernels`: the GPU kernels' tests
-/// turn them on (they are off by default); the default comes back when the turn ends.
+/// turn them on (they are off by default), others the composed forms; the default comes
+/// back when the turn ends.
 fn kernels(kernels: Kernels) -> Turn {
     let guard = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     set_kernels(kernels);

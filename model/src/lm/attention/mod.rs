@@ -29,7 +29,7 @@ pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, start: usize) 
         return Tensor::from_dispatch(o);
     }
     #[cfg(gpu_kernels)]
-    if crate::backend::takes_gpu_kernel(&q) && gpu::fits(&q, &k, &v) {
+    if crate::backend::takes_attention_kernel(&q) && gpu::fits(&q, &k, &v) {
         use gpu::AttentionGpuOps;
         let o = <burn::backend::Dispatch as AttentionGpuOps>::attention(
             q.into_dispatch(),

@@ -74,8 +74,8 @@ pub enum Strategy {
 /// --form` measure and check, for training.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Form {
-    /// The device's default: the CPU kernels on CPU devices, the composed forms on GPU
-    /// devices.
+    /// The device's default (`Kernels::Auto`): the CPU kernels on CPU devices; on GPU
+    /// devices the chunked HLA's node and the attention's kernels.
     Auto,
     /// The hand-written kernels, the GPU's too.
     Fused,
