@@ -3,12 +3,14 @@
 # minutes (a GPU machine may be at hand for minutes only; each step has its time limit).
 # First the values, every device at once: the GPU tests on the real device (the kernels
 # against their composed forms, wgpu) and `hla verify` (every operator's forms agree on the
-# device, wgpu and cuda; again as the node, with its gradients: verify-node.txt). Then the
-# times, the GPU kernels against the nodes and the composed forms in the same rounds: the
-# operators at flash-linear-attention's published chunk_gla shape (B4 T2048 H16 d128, chunk
-# 64) and plain matmuls, PyTorch's references where PyTorch sees the GPU, nanoGPT's training
-# step and one sequence of 2048 (`train`), third order, hla2's node with its output step
-# off the tensor cores (cuda). Into experiments/bench/gpu-<device>/ (tests.txt, verify.txt,
+# device, as the device runs them by default (the nodes, the attention's kernels) and as
+# the node with its gradients: verify-node.txt). Then the times, the GPU kernels against
+# the nodes and the composed forms in the same rounds, most wanted first: on the first
+# device (cuda) the operators at flash-linear-attention's published chunk_gla shape (B4
+# T2048 H16 d128, chunk 64) with plain matmuls and nanoGPT's training step and one
+# sequence of 2048 (`train`), then the other device's operators, PyTorch's references where
+# PyTorch sees the GPU, third order, hla2's node with its output step off the tensor cores
+# (cuda), the other device's training steps and the cost model. Into experiments/bench/gpu-<device>/ (tests.txt, verify.txt,
 # verify-node.txt, b4-h16-d128/, b4-h16-d128-no-tensor-cores/ and train/ with bench.json
 # and bench.md) and experiments/bench/gpu-machine.txt. First run on an NVIDIA
 # H200 on 2026-12-04 (experiments/bench/README.md).
@@ -143,54 +145,68 @@ for device in $devices; do
     fi
 done
 
-# Then the times: the operators at flash-linear-attention's chunk_gla shape (B4 T2048 H16
-# d128, chunk 64) and plain matmuls, PyTorch's references, training steps, then third
-# order, each kernel against its node and its composed form in the same rounds. Each measurement on its
-# own: one that runs out of time leaves the others.
-for device in "${present[@]}"; do
-    out="experiments/bench/gpu-$device"
-    timeout "$(limit 100)" "$hla" bench --device "$device" --quick --only operators,matmul \
+# Then the times, each kernel against its node and its composed form in the same rounds,
+# in the order they matter (a GPU machine's command may end before the last): on the first
+# device (cuda where it runs) the operators at flash-linear-attention's chunk_gla shape
+# (B4 T2048 H16 d128, chunk 64) and plain matmuls, then nanoGPT's training step and one
+# sequence of 2048 (`train`: what `train.form = "auto"` runs, the default route, against
+# the others); the other device's operators; PyTorch's references; third order; hla2's
+# node with its output step off the tensor cores (cuda); the other device's training
+# steps; last the cost model, whose H200 rows at this shape are in the repository
+# (experiments/bench/lavapipe/2026-12-07-routing/). Each measurement on its own: one that
+# runs out of time leaves the others.
+operators() {
+    timeout "$(limit 100)" "$hla" bench --device "$1" --quick --only operators,matmul \
         --composed --operator-shape 4,16,128 --time 2048 \
-        --operator hla2-chunked,linear-chunked,softmax --out "$out/b4-h16-d128" ||
-        echo "gpu-bench: $device operators stopped (exit $?)" >&2
-done
-if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+        --operator hla2-chunked,linear-chunked,softmax --out "experiments/bench/gpu-$1/b4-h16-d128" ||
+        echo "gpu-bench: $1 operators stopped (exit $?)" >&2
+}
+training() {
+    timeout "$(limit 90)" "$hla" bench --device "$1" --quick --only train --composed \
+        --workload nanogpt,long --out "experiments/bench/gpu-$1/train" ||
+        echo "gpu-bench: $1 training steps stopped (exit $?)" >&2
+}
+third_order() {
+    timeout "$(limit 45)" "$hla" bench --device "$1" --quick --only operators --composed \
+        --operator-shape 4,16,128 --time 2048 --operator hla3-chunked \
+        --out "experiments/bench/gpu-$1/b4-h16-d128-hla3" ||
+        echo "gpu-bench: $1 third order stopped (exit $?)" >&2
+}
+# hla2's node with its output step on the register tiles, against the tensor cores of the
+# operators above (cuda alone has them).
+no_tensor_cores() {
+    [ "$1" = cuda ] || return 0
+    timeout "$(limit 30)" "$hla" bench --device "$1" --quick --only operators --form node \
+        --operator-shape 4,16,128 --time 2048 --operator hla2-chunked --tensor-cores off \
+        --out "experiments/bench/gpu-$1/b4-h16-d128-no-tensor-cores" ||
+        echo "gpu-bench: $1 node without tensor cores stopped (exit $?)" >&2
+}
+references() {
+    python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || return 0
     mkdir -p experiments/bench/gpu-reference
     PYTHONUNBUFFERED=1 timeout "$(limit 80)" python3 scripts/gpu-reference.py \
         --out experiments/bench/gpu-reference 2>&1 | tee experiments/bench/gpu-reference/log.txt ||
         echo "gpu-bench: the references stopped" >&2
-fi
-for device in "${present[@]}"; do
-    out="experiments/bench/gpu-$device"
-    timeout "$(limit 90)" "$hla" bench --device "$device" --quick --only train --composed \
-        --workload nanogpt,long --out "$out/train" ||
-        echo "gpu-bench: $device training steps stopped (exit $?)" >&2
-done
-# Last, third order (the issue's targets name the others).
-for device in "${present[@]}"; do
-    out="experiments/bench/gpu-$device"
-    timeout "$(limit 45)" "$hla" bench --device "$device" --quick --only operators --composed \
-        --operator-shape 4,16,128 --time 2048 --operator hla3-chunked --out "$out/b4-h16-d128-hla3" ||
-        echo "gpu-bench: $device third order stopped (exit $?)" >&2
-done
-# hla2's node with its output step on the register tiles, against the tensor cores of the
-# operators above (cuda alone has them).
-for device in "${present[@]}"; do
-    [ "$device" = cuda ] || continue
-    out="experiments/bench/gpu-$device"
-    timeout "$(limit 30)" "$hla" bench --device "$device" --quick --only operators --form node \
-        --operator-shape 4,16,128 --time 2048 --operator hla2-chunked --tensor-cores off \
-        --out "$out/b4-h16-d128-no-tensor-cores" ||
-        echo "gpu-bench: $device node without tensor cores stopped (exit $?)" >&2
-done
+}
 # The cost model at the same shape, with this GPU's peaks, to read the times above against.
-gpu=h200
-nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && gpu=h100
-for device in "${present[@]}"; do
-    out="experiments/bench/gpu-$device"
-    timeout "$(limit 30)" "$hla" bench --device "$device" --only cost --gpu "$gpu" \
-        --out "$out/cost" || echo "gpu-bench: $device cost model stopped (exit $?)" >&2
-done
+cost() {
+    local gpu=h200
+    nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && gpu=h100
+    timeout "$(limit 30)" "$hla" bench --device "$1" --only cost --gpu "$gpu" \
+        --out "experiments/bench/gpu-$1/cost" || echo "gpu-bench: $1 cost model stopped (exit $?)" >&2
+}
+first="${present[0]:-}"
+others=("${present[@]:1}")
+if [ -n "$first" ]; then
+    operators "$first"
+    training "$first"
+fi
+for device in "${others[@]}"; do operators "$device"; done
+references
+for device in "${present[@]}"; do third_order "$device"; done
+for device in "${present[@]}"; do no_tensor_cores "$device"; done
+for device in "${others[@]}"; do training "$device"; done
+for device in "${present[@]}"; do cost "$device"; done
 if [ "${#present[@]}" = 0 ]; then
     echo "gpu-bench: no GPU device could run" >&2
     exit 1
