@@ -29,6 +29,7 @@ use crate::hla::node::fused::kernel::{Sums, grads_kernel};
 use crate::hla::node::fused::tiles::grads_tiles_kernel;
 use crate::hla::second::fused::kernel::moments_kernel;
 use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
+use crate::lm::attention::gpu::tiles::forward_tiles;
 
 /// Tokens per chunk, and the head width of queries, keys and values.
 const C: usize = 64;
@@ -481,6 +482,27 @@ fn the_attentions_kernels_compile_to_ptx() {
         1,
     );
     assert_module("forward_kernel", &ptx(forward, 90), &shared);
+    let tiles = forward_tiles::ForwardTiles::new(
+        settings(128),
+        properties(),
+        target(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        (),
+        (),
+        (),
+        (),
+        D,
+        D,
+        TILE,
+        TILE,
+        CUDA_TF32,
+    );
+    let products = [".shared", "bar.sync", "mma.sync", ".tf32"];
+    assert_module("forward_tiles", &ptx(tiles, 90), &products);
     let dq = query_grads::QueryGrads::new(
         settings(TILE),
         properties(),

@@ -243,43 +243,58 @@ fn bench_models_the_cost_of_every_gpu_form() {
 }
 
 /// `hla bench --only cost` plans the node's forward products (hla2's moments and output)
-/// on the named GPU's TF32 tensor cores where its widths and chunk tile into their
-/// fragments (16): a shorter roofline than with `--tensor-cores off`, the same launches
-/// and bytes; the report says which.
+/// and the attention's forward on the named GPU's TF32 tensor cores where their widths and
+/// tiles fit the fragments (16): a shorter roofline than with `--tensor-cores off`, the
+/// same launches and bytes; the report says which.
 #[test]
-fn bench_models_the_nodes_forward_products_on_the_tensor_cores() {
-    let node = |cores: &str| {
+fn bench_models_the_forward_products_on_the_tensor_cores() {
+    let rows = |cores: &str| {
         let extra = [
             "--mixer",
-            "hla2",
+            "hla2,softmax",
             "--cost-form",
-            "node",
+            "node,kernels",
             "--tensor-cores",
             cores,
         ];
         let report = cost_report_at("1,2,64,32", &extra);
-        let row = report["cost"]["rows"][0].clone();
-        let figure = |key: &str| {
-            row[key]
-                .as_f64()
-                .unwrap_or_else(|| panic!("{key}: {report}"))
-        };
-        let tensor_cores = report["tensor_cores"]
+        let tensor_cores = report["cost"]["rows"]
+            .as_array()
+            .expect("cost rows")
+            .iter()
+            .filter(|r| r["form"] == "node" || r["mixer"] == "softmax")
+            .map(|row| {
+                let figure = |key: &str| {
+                    row[key]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("{key}: {report}"))
+                };
+                let name = format!("{} {}", row["mixer"], row["form"]);
+                (name, ["launches", "bytes", "roofline_ms"].map(figure))
+            })
+            .collect::<Vec<_>>();
+        let switch = report["tensor_cores"]
             .as_bool()
             .expect("the switch, reported");
-        (
-            tensor_cores,
-            ["launches", "bytes", "roofline_ms"].map(figure),
-        )
+        (switch, tensor_cores)
     };
-    let (on, [launches, bytes, roofline]) = node("on");
-    let (off, [launches_off, bytes_off, roofline_off]) = node("off");
+    let (on, with) = rows("on");
+    let (off, without) = rows("off");
     assert!(on && !off);
-    assert_eq!((launches, bytes), (launches_off, bytes_off));
-    assert!(
-        roofline < roofline_off,
-        "{roofline} ms against {roofline_off} ms"
+    assert_eq!(
+        with.len(),
+        2,
+        "hla2's node and the attention's kernels: {with:?}"
     );
+    for ((name, [launches, bytes, roofline]), (_, [launches_off, bytes_off, roofline_off])) in
+        with.iter().zip(&without)
+    {
+        assert_eq!((launches, bytes), (launches_off, bytes_off), "{name}");
+        assert!(
+            roofline < roofline_off,
+            "{name}: {roofline} ms against {roofline_off} ms"
+        );
+    }
 }
 
 /// `hla bench --only cost --gates data` reads the forms with data-dependent gates and

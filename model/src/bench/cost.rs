@@ -11,10 +11,11 @@
 //! multiply-add (no shared memory, no register tile), so 4 bytes per FLOP, and they write
 //! and read their workspace once per chunk; their products are the node's (the same chunk
 //! equations), the backward kernel's the node's forward and backward (it recomputes each
-//! chunk's forward from the saved start states). The attention's products are the
-//! composed form's at causal cost (keys up to the query), the backward again recomputing
-//! the forward's; its global reads are its shared tiles' ([`Plan`]), with the tiles an
-//! H100 or H200 holds ([`CUDA_SHARED_BYTES`]).
+//! chunk's forward from the saved start states). The attention's products are its
+//! kernels' own over the (query, key) pairs a causal sequence sees (the forward's on the
+//! tensor cores where its tiles take TF32 fragments, the backward recomputing the scores
+//! in each of its two kernels); its global reads are its shared tiles' ([`Plan`]), with
+//! the tiles an H100 or H200 holds ([`CUDA_SHARED_BYTES`]).
 //!
 //! Every form plans its tiles for that GPU's shared memory too, whatever the device the
 //! dry run reads on ([`PlannedShared`]): on lavapipe (32 KiB) the node's fused kernels
@@ -26,7 +27,8 @@ use burn::prelude::*;
 use super::{Gating, Operator, OperatorInputs, Shape5};
 use crate::backend::cost::{Block, blocks};
 use crate::backend::gpu::PlannedShared;
-use crate::backend::{Kernels, kernels, set_kernels};
+use crate::backend::gpu::mma::CUDA_TF32;
+use crate::backend::{Kernels, TensorCores, kernels, set_kernels, tensor_cores};
 use crate::hla::Form;
 use crate::lm::attention::gpu::Plan;
 
@@ -138,25 +140,21 @@ struct KernelFlops {
 }
 
 impl KernelFlops {
-    /// From the form whose products the kernels compute: the node's for the HLA orders,
-    /// the composed form's at causal cost for the attention.
+    /// The node's products for the HLA orders (the kernels compute its chunk equations);
+    /// the attention's own, [`Self::attention`].
     fn of(op: Operator, problem: Problem, device: &Device) -> Result<Self, String> {
-        let (route, share) = if op.has_node() {
-            (Kernels::Nodes, 1.0)
-        } else {
-            (Kernels::None, 0.5)
-        };
-        let matmuls = |blocks: &[Block]| -> f64 {
-            share * blocks.iter().map(|b| b.matmul_flops).sum::<f64>()
-        };
+        if !op.has_node() {
+            return Ok(Self::attention(problem.shape));
+        }
+        let matmuls = |blocks: &[Block]| -> f64 { blocks.iter().map(|b| b.matmul_flops).sum() };
         let kernels = |blocks: &[Block]| -> f64 {
             let steps = blocks
                 .iter()
                 .filter_map(|b| node_kernel(b, b.custom.as_deref()?));
             steps.map(|step| step.flops).sum()
         };
-        let forward_blocks = observe(op, route, problem, device, false)?;
-        let both_blocks = observe(op, route, problem, device, true)?;
+        let forward_blocks = observe(op, Kernels::Nodes, problem, device, false)?;
+        let both_blocks = observe(op, Kernels::Nodes, problem, device, true)?;
         let (forward, both) = (matmuls(&forward_blocks), matmuls(&both_blocks));
         // The node's fused forward kernels are no matmuls: what they took is the chunk
         // equations' count less the forward's matmuls, in both passes; its fused backward
@@ -169,6 +167,19 @@ impl KernelFlops {
             forward: forward + fused,
             backward: both + fused + backward_kernels,
         })
+    }
+
+    /// The attention kernels' products over the (query, key) pairs a causal sequence
+    /// sees: forward `q·k` and `p v` (2d + 2dv FLOPs a pair); backward the scores twice,
+    /// `∂O·v` twice, `∂q`, `∂k` and `∂v` (8d + 6dv), as its query and key kernels compute
+    /// them.
+    fn attention(shape: &Shape5) -> Self {
+        let pairs = (shape.batch * shape.heads * shape.time * (shape.time + 1) / 2) as f64;
+        let (d, dv) = (shape.d as f64, shape.dv as f64);
+        Self {
+            forward: pairs * 2.0 * (d + dv),
+            backward: pairs * (8.0 * d + 6.0 * dv),
+        }
     }
 }
 
@@ -185,9 +196,13 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
             } else {
                 kernel.forward
             };
-            let inside = inside_bytes(op, shape, !id.ends_with("backward"), flops);
+            let forward = !id.ends_with("backward");
+            let inside = inside_bytes(op, shape, forward, flops);
             let cubes = cubes(op, shape);
-            (Engine::Kernel { cubes }, flops, inside)
+            match forward && attention_on_tensor_cores(op, shape) {
+                true => (Engine::TensorKernel { cubes }, flops, inside),
+                false => (Engine::Kernel { cubes }, flops, inside),
+            }
         }
         _ if block.matmul_flops > 0.0 => {
             (Engine::Matmul, block.matmul_flops + block.other_flops, 0.0)
@@ -257,6 +272,16 @@ fn inside_bytes(op: Operator, shape: &Shape5, forward: bool, flops: f64) -> f64 
             4.0 * floats as f64 * sequences
         }
     }
+}
+
+/// Whether the attention's forward runs its products on the tensor cores of an H100 or
+/// H200 at `shape` (its tiles whole TF32 fragments that fit the shared memory; not with
+/// `--tensor-cores off`).
+fn attention_on_tensor_cores(op: Operator, shape: &Shape5) -> bool {
+    let widths = [shape.d, shape.dv];
+    let tiles =
+        crate::lm::attention::gpu::tensor_tiles(CUDA_SHARED_BYTES, widths, shape.time, &CUDA_TF32);
+    op.chunked_order().is_none() && tensor_cores() != TensorCores::Off && tiles.is_some()
 }
 
 /// The attention kernels' plan at `shape` (a whole sequence of queries) on an H100 or

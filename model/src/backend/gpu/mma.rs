@@ -249,6 +249,42 @@ pub(crate) fn tile_sums(
     }
 }
 
+/// One `m × n` tile of `C + A B` written over `C` in `out` (rows `out_stride` apart), as
+/// [`tile_product`]: an accumulator kept in shared memory.
+#[cube]
+pub(crate) fn tile_accumulate(
+    product: Product,
+    out: &mut [f32],
+    out_stride: usize,
+    #[comptime] mma: Mma,
+) {
+    if comptime!(mma.tensor) {
+        let mut acc = cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            mma.m,
+            mma.n,
+            mma.k,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        );
+        cmma::load_with_layout(
+            &mut acc,
+            &out[0..],
+            out_stride as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+        fragments_product(product, &acc, mma);
+        cmma::store(out, &acc, out_stride as u32, cmma::MatrixLayout::RowMajor);
+    } else {
+        let lane = UNIT_POS as usize % mma.plane;
+        for j in 0..comptime!(mma.m * mma.n / mma.plane) {
+            let at = lane + j * mma.plane;
+            let (row, col) = (at / mma.n, at % mma.n);
+            out[row * out_stride + col] += emulated_dot(product.clone(), row, col);
+        }
+    }
+}
+
 /// `acc += A B` on the tensor cores, `len / k` fragment products.
 #[cube]
 fn fragments_product(product: Product, acc: &cmma::Matrix<f32>, #[comptime] mma: Mma) {

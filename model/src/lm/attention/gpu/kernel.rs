@@ -16,8 +16,8 @@
 //! sizes, and every loop over them is unrolled, so a unit's rows and accumulators live in
 //! registers. Each key (or query) row a unit reads from shared memory serves all of its
 //! `per_unit` rows: with one row per unit a unit loads as many values as it multiplies.
-//! The products run on the CUDA cores; tensor-core fragments are the fused tile kernels'
-//! work.
+//! The products run on the CUDA cores; where a device has tensor cores the forward runs
+//! as [`super::tiles::forward_tiles`] instead.
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
@@ -26,7 +26,7 @@ use crate::backend::gpu::rows::{blend, dot, fill, load_row, own_row, shared_row,
 
 /// The keys `0 .. n` a query sees: `through` of them, at most `keys`.
 #[cube]
-fn visible(keys: usize, through: usize) -> usize {
+pub(super) fn visible(keys: usize, through: usize) -> usize {
     let mut n = through;
     if keys < through {
         n = keys;
@@ -38,7 +38,7 @@ fn visible(keys: usize, through: usize) -> usize {
 /// past the last) into `dst`, every unit of the cube taking every `CUBE_DIM`-th value so
 /// that neighbouring units read neighbouring addresses.
 #[cube]
-fn load_tile(
+pub(super) fn load_tile(
     src: &Tensor<f32>,
     dst: &mut Shared<[f32]>,
     from: usize,
@@ -61,7 +61,7 @@ fn load_tile(
 /// This cube's sequence and its tile of `rows` rows in the sequence, with `total` rows
 /// per sequence (a sequence past the last: one of a spread grid's spare cubes).
 #[cube]
-fn tile_of(total: usize, #[comptime] rows: usize) -> (usize, usize) {
+pub(super) fn tile_of(total: usize, #[comptime] rows: usize) -> (usize, usize) {
     let per_sequence = total.div_ceil(rows);
     let cube = CUBE_POS;
     (cube / per_sequence, cube % per_sequence)
@@ -69,7 +69,7 @@ fn tile_of(total: usize, #[comptime] rows: usize) -> (usize, usize) {
 
 /// The keys the queries of tile `t` of `rows` see: those of its last query.
 #[cube]
-fn tile_keys(
+pub(super) fn tile_keys(
     t: usize,
     queries: usize,
     keys: usize,

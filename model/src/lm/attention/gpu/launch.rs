@@ -7,7 +7,9 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use super::kernel::{forward_kernel, key_grads, query_grads};
-use super::plan::tiles;
+use super::plan::{tensor_tiles, tiles};
+use super::tiles::forward_tiles;
+use crate::backend::gpu::mma::{Mma, mma, tile_units};
 use crate::backend::gpu::{cubes, empty, rows_per_unit, unit_budget, units};
 
 /// The sizes of a call: `q [b, h, queries, d]`, `v [b, h, keys, dv]`.
@@ -70,6 +72,30 @@ pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, Cub
     let mut o_dims = q.shape().dims::<4>();
     o_dims[3] = n.dv;
     let (o, lse) = (empty(&q, o_dims), empty(&q, [n.sequences * n.queries]));
+    if let Some((mma, rows, tile)) = tensor_plan(&q, &n) {
+        let count = cubes(&q, n.sequences * n.queries.div_ceil(rows));
+        let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
+        forward_tiles::launch(
+            &q.client.clone(),
+            count,
+            dim,
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            o.clone().into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            n.queries,
+            n.keys,
+            start,
+            n.scale,
+            n.d,
+            n.dv,
+            rows,
+            tile,
+            mma,
+        );
+        return (o, lse);
+    }
     let (count, dim) = n.grid(&q, n.queries, n.rows, n.per_unit[0]);
     forward_kernel::launch(
         &q.client.clone(),
@@ -91,6 +117,15 @@ pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, Cub
         n.per_unit[0],
     );
     (o, lse)
+}
+
+/// The fragments and tiles of the tensor-core forward ([`forward_tiles`]) where the device
+/// runs tile products ([`mma`]) and a tile of whole fragments fits its shared memory.
+fn tensor_plan(q: &CubeTensor, n: &RowSizes) -> Option<(Mma, usize, usize)> {
+    let mma = mma(q)?;
+    let shared = q.client.properties().hardware.max_shared_memory_size;
+    let (rows, tile) = tensor_tiles(shared, [n.d, n.dv], n.queries, &mma)?;
+    Some((mma, rows, tile))
 }
 
 /// Saved `[q, k, v, o, lse]` and `∂o` → `[∂q, ∂k, ∂v]`.

@@ -8,8 +8,9 @@
 pub(crate) mod kernel;
 mod launch;
 mod plan;
+pub(crate) mod tiles;
 
-pub(crate) use plan::Plan;
+pub(crate) use plan::{Plan, tensor_tiles};
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::fusion::custom::TensorSpec;

@@ -2,6 +2,8 @@
 //! hold on a device, and what their shared tiles read from global memory, which the cost
 //! model (`crate::bench::cost`) counts.
 
+use crate::backend::gpu::mma::Mma;
+
 /// The most rows of a tile: cubes of 64 units, and 64 keys and values of width 64 fill
 /// 32 KiB of shared memory.
 const MAX_TILE: usize = 64;
@@ -74,6 +76,27 @@ pub(super) fn tiles(
     Some((tile.min(queries.next_power_of_two()), tile))
 }
 
+/// The rows of the tensor-core forward's query tiles and shared tiles
+/// ([`super::tiles`]) with fragments `mma`, on a device with `shared_bytes` of shared
+/// memory per cube: the largest power of two up to [`MAX_TILE`] whose tiles fit, the query
+/// tiles no larger than the queries need (one fragment at least); `None` where no tile of
+/// whole fragments fits.
+pub(crate) fn tensor_tiles(
+    shared_bytes: usize,
+    widths: [usize; 2],
+    queries: usize,
+    mma: &Mma,
+) -> Option<(usize, usize)> {
+    let mut tile = MAX_TILE;
+    while tile > mma.m && 4 * super::tiles::shared_floats(tile, tile, widths) > shared_bytes {
+        tile /= 2;
+    }
+    let rows = tile.min(queries.next_power_of_two().max(mma.m));
+    (4 * super::tiles::shared_floats(rows, tile, widths) <= shared_bytes
+        && super::tiles::fits(mma, rows, tile, widths))
+    .then_some((rows, tile))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +110,21 @@ mod tests {
         assert_eq!(tile_rows(227 * 1024, 128, 128), Some(64));
         assert_eq!(tile_rows(32 * 1024, 8, 6), Some(64));
         assert_eq!(tile_rows(1024, 64, 64), None);
+    }
+
+    /// The tensor-core forward takes tiles of whole fragments that fit: 64 rows at width
+    /// 128 in an H100's 227 KiB, 16 at width 64 in lavapipe's 32 KiB, query tiles of one
+    /// fragment's rows for a decoding query; none where a width is no whole fragment or
+    /// one fragment's tiles do not fit.
+    #[test]
+    fn tensor_tiles_are_whole_fragments_that_fit() {
+        use crate::backend::gpu::mma::CUDA_TF32 as mma;
+        let h100 = 227 * 1024;
+        assert_eq!(tensor_tiles(h100, [128, 128], 2048, &mma), Some((64, 64)));
+        assert_eq!(tensor_tiles(32 * 1024, [64, 64], 100, &mma), Some((16, 16)));
+        assert_eq!(tensor_tiles(h100, [128, 128], 1, &mma), Some((16, 64)));
+        assert_eq!(tensor_tiles(h100, [8, 6], 100, &mma), None);
+        assert_eq!(tensor_tiles(1024, [64, 64], 100, &mma), None);
     }
 
     /// A whole causal sequence of `n` tiles: query tile `t` loads the `t + 1` key tiles up
