@@ -29,6 +29,7 @@ use crate::hla::node::fused::kernel::{Sums, grads_kernel};
 use crate::hla::node::fused::tiles::grads_tiles_kernel;
 use crate::hla::second::fused::kernel::moments_kernel;
 use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
+use crate::lm::attention::gpu::tile_grads::{key_tiles, query_tiles};
 use crate::lm::attention::gpu::tiles::forward_tiles;
 
 /// Tokens per chunk, and the head width of queries, keys and values.
@@ -457,7 +458,8 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
     }
 }
 
-/// The attention's kernels as they launch at width 128: one row a unit.
+/// The attention's kernels as they launch at width 128: one row a unit, and on the tensor
+/// cores (four warps a cube, tiles of 64).
 #[test]
 fn the_attentions_kernels_compile_to_ptx() {
     let target = || Arc::new(TargetProperties::default());
@@ -503,6 +505,52 @@ fn the_attentions_kernels_compile_to_ptx() {
     );
     let products = [".shared", "bar.sync", "mma.sync", ".tf32"];
     assert_module("forward_tiles", &ptx(tiles, 90), &products);
+    let dq_tiles = query_tiles::QueryTiles::new(
+        settings(128),
+        properties(),
+        target(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        (),
+        (),
+        (),
+        (),
+        D,
+        D,
+        TILE,
+        TILE,
+        CUDA_TF32,
+    );
+    assert_module("query_tiles", &ptx(dq_tiles, 90), &products);
+    let dkv_tiles = key_tiles::KeyTiles::new(
+        settings(128),
+        properties(),
+        target(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        (),
+        (),
+        (),
+        (),
+        D,
+        D,
+        TILE,
+        TILE,
+        CUDA_TF32,
+    );
+    assert_module("key_tiles", &ptx(dkv_tiles, 90), &products);
     let dq = query_grads::QueryGrads::new(
         settings(TILE),
         properties(),

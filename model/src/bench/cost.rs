@@ -12,9 +12,9 @@
 //! and read their workspace once per chunk; their products are the node's (the same chunk
 //! equations), the backward kernel's the node's forward and backward (it recomputes each
 //! chunk's forward from the saved start states). The attention's products are its
-//! kernels' own over the (query, key) pairs a causal sequence sees (the forward's on the
-//! tensor cores where its tiles take TF32 fragments, the backward recomputing the scores
-//! in each of its two kernels); its global reads are its shared tiles' ([`Plan`]), with
+//! kernels' own over the (query, key) pairs a causal sequence sees (on the tensor cores
+//! where a pass's tiles take TF32 fragments, the backward recomputing the scores in each
+//! of its two kernels); its global reads are its shared tiles' ([`Plan`]), with
 //! the tiles an H100 or H200 holds ([`CUDA_SHARED_BYTES`]).
 //!
 //! Every form plans its tiles for that GPU's shared memory too, whatever the device the
@@ -199,7 +199,7 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
             let forward = !id.ends_with("backward");
             let inside = inside_bytes(op, shape, forward, flops);
             let cubes = cubes(op, shape);
-            match forward && attention_on_tensor_cores(op, shape) {
+            match attention_on_tensor_cores(op, shape, forward) {
                 true => (Engine::TensorKernel { cubes }, flops, inside),
                 false => (Engine::Kernel { cubes }, flops, inside),
             }
@@ -274,13 +274,18 @@ fn inside_bytes(op: Operator, shape: &Shape5, forward: bool, flops: f64) -> f64 
     }
 }
 
-/// Whether the attention's forward runs its products on the tensor cores of an H100 or
-/// H200 at `shape` (its tiles whole TF32 fragments that fit the shared memory; not with
-/// `--tensor-cores off`).
-fn attention_on_tensor_cores(op: Operator, shape: &Shape5) -> bool {
+/// Whether the attention's forward (or backward) pass runs its products on the tensor
+/// cores of an H100 or H200 at `shape` (its tiles whole TF32 fragments that fit the shared
+/// memory; not with `--tensor-cores off`).
+fn attention_on_tensor_cores(op: Operator, shape: &Shape5, forward: bool) -> bool {
+    use crate::lm::attention::gpu::{Pass, tensor_tiles};
+    let pass = if forward {
+        Pass::Forward
+    } else {
+        Pass::Backward
+    };
     let widths = [shape.d, shape.dv];
-    let tiles =
-        crate::lm::attention::gpu::tensor_tiles(CUDA_SHARED_BYTES, widths, shape.time, &CUDA_TF32);
+    let tiles = tensor_tiles(pass, CUDA_SHARED_BYTES, widths, shape.time, &CUDA_TF32);
     op.chunked_order().is_none() && tensor_cores() != TensorCores::Off && tiles.is_some()
 }
 

@@ -23,12 +23,12 @@ fn gpu_attention_matches_the_composed_form() {
     ];
     let worst = cases
         .into_iter()
-        .map(|(sizes, widths)| attention_vs_composed([2, 3], sizes, widths, "forward_kernel"))
+        .map(|(sizes, widths)| attention_vs_composed([2, 3], sizes, widths, REGISTERS))
         .fold(0.0, f64::max);
     eprintln!("GPU attention vs composed form: largest relative RMS error {worst:.2e}");
 }
 
-/// The forward on the tensor cores (emulated: lavapipe has none) against Burn's attention
+/// The kernels on the tensor cores (emulated: lavapipe has none) against Burn's attention
 /// op, as [`gpu_attention_matches_the_composed_form`]: widths of whole fragments, query
 /// tiles of one fragment's rows (16) and of several, a ragged last tile, queries after a
 /// cache and one decoding query.
@@ -37,16 +37,16 @@ fn gpu_attention_on_tensor_cores_matches_the_composed_form() {
     let _switch = kernels(Kernels::All);
     let _emulated = emulate_tensor_cores();
     let cases = [
-        ([17, 17, 0], [8, 16]),
+        ([17, 17, 0], [16, 16]),
         ([5, 12, 7], [16, 16]),
-        ([150, 150, 0], [8, 16]),
-        ([70, 200, 130], [16, 32]),
-        ([1, 77, 76], [8, 16]),
+        ([150, 150, 0], [16, 32]),
+        ([70, 200, 130], [32, 16]),
+        ([1, 77, 76], [16, 16]),
         ([100, 100, 0], [64, 64]),
     ];
     let worst = cases
         .into_iter()
-        .map(|(sizes, widths)| attention_vs_composed([2, 3], sizes, widths, "forward_tiles"))
+        .map(|(sizes, widths)| attention_vs_composed([2, 3], sizes, widths, TILES))
         .fold(0.0, f64::max);
     eprintln!(
         "GPU attention on tensor cores vs composed form: largest relative RMS error {worst:.2e}"
@@ -61,19 +61,24 @@ fn gpu_attention_takes_more_rows_than_one_grid_axis() {
     let _switch = kernels(Kernels::All);
     let _cap = cap_grid(4);
     // 3 × 5 sequences of 130 rows in tiles of 64: 45 cubes in a 4 × 4 × 3 grid, 3 spare.
-    let err = attention_vs_composed([3, 5], [130, 130, 0], [4, 3], "forward_kernel");
+    let err = attention_vs_composed([3, 5], [130, 130, 0], [4, 3], REGISTERS);
     eprintln!("GPU attention on a spread grid vs composed form: relative RMS error {err:.2e}");
 }
 
-/// The largest relative RMS error of the attention kernels (the forward as the kernel
-/// named `forward`) against Burn's attention op on the wgpu device for `[batch, heads]`,
-/// `[queries, keys, start]` and widths `[d, dv]`, over the output and the gradients of q,
-/// k and v; fails past 1e-4.
+/// The attention's kernels on the CUDA cores (register tiles).
+const REGISTERS: [&str; 3] = ["forward_kernel", "query_grads", "key_grads"];
+/// The attention's kernels on the tensor cores.
+const TILES: [&str; 3] = ["forward_tiles", "query_tiles", "key_tiles"];
+
+/// The largest relative RMS error of the attention kernels (those named `ran`, each
+/// asserted to launch) against Burn's attention op on the wgpu device for `[batch,
+/// heads]`, `[queries, keys, start]` and widths `[d, dv]`, over the output and the
+/// gradients of q, k and v; fails past 1e-4.
 fn attention_vs_composed(
     [b, h]: [usize; 2],
     [queries, keys, start]: [usize; 3],
     [d, dv]: [usize; 2],
-    forward: &str,
+    ran: [&str; 3],
 ) -> f64 {
     use hla_model::lm::attention::{causal_attention, causal_attention_composed};
     let ad = gpu().autodiff();
@@ -101,7 +106,7 @@ fn attention_vs_composed(
         };
         let (out, names) = launched(run);
         if kernel {
-            for name in [forward, "query_grads", "key_grads"] {
+            for name in ran {
                 assert!(
                     names.iter().any(|n| n.contains(name)),
                     "the attention's {name} ran: {names:?}"

@@ -16,8 +16,8 @@
 //! sizes, and every loop over them is unrolled, so a unit's rows and accumulators live in
 //! registers. Each key (or query) row a unit reads from shared memory serves all of its
 //! `per_unit` rows: with one row per unit a unit loads as many values as it multiplies.
-//! The products run on the CUDA cores; where a device has tensor cores the forward runs
-//! as [`super::tiles::forward_tiles`] instead.
+//! The products run on the CUDA cores; where a device has tensor cores the passes run as
+//! [`super::tiles`] and [`super::tile_grads`] instead.
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;

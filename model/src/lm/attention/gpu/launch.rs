@@ -7,7 +7,8 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use super::kernel::{forward_kernel, key_grads, query_grads};
-use super::plan::{tensor_tiles, tiles};
+use super::plan::{Pass, tensor_tiles, tiles};
+use super::tile_grads::{key_tiles, query_tiles};
 use super::tiles::forward_tiles;
 use crate::backend::gpu::mma::{Mma, mma, tile_units};
 use crate::backend::gpu::{cubes, empty, rows_per_unit, unit_budget, units};
@@ -72,7 +73,7 @@ pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, Cub
     let mut o_dims = q.shape().dims::<4>();
     o_dims[3] = n.dv;
     let (o, lse) = (empty(&q, o_dims), empty(&q, [n.sequences * n.queries]));
-    if let Some((mma, rows, tile)) = tensor_plan(&q, &n) {
+    if let Some((mma, rows, tile)) = tensor_plan(Pass::Forward, &q, &n) {
         let count = cubes(&q, n.sequences * n.queries.div_ceil(rows));
         let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
         forward_tiles::launch(
@@ -119,12 +120,13 @@ pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, Cub
     (o, lse)
 }
 
-/// The fragments and tiles of the tensor-core forward ([`forward_tiles`]) where the device
-/// runs tile products ([`mma`]) and a tile of whole fragments fits its shared memory.
-fn tensor_plan(q: &CubeTensor, n: &RowSizes) -> Option<(Mma, usize, usize)> {
+/// The fragments and tiles of a tensor-core pass ([`forward_tiles`], [`query_tiles`] and
+/// [`key_tiles`]) where the device runs tile products ([`mma`]) and a tile of whole
+/// fragments fits its shared memory.
+fn tensor_plan(pass: Pass, q: &CubeTensor, n: &RowSizes) -> Option<(Mma, usize, usize)> {
     let mma = mma(q)?;
     let shared = q.client.properties().hardware.max_shared_memory_size;
-    let (rows, tile) = tensor_tiles(shared, [n.d, n.dv], n.queries, &mma)?;
+    let (rows, tile) = tensor_tiles(pass, shared, [n.d, n.dv], n.queries, &mma)?;
     Some((mma, rows, tile))
 }
 
@@ -140,6 +142,54 @@ pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -
     );
     let delta = empty(&q, [n.sequences * n.queries]);
     let client = q.client.clone();
+    if let Some((mma, rows, tile)) = tensor_plan(Pass::Backward, &q, &n) {
+        let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
+        query_tiles::launch(
+            &client,
+            cubes(&q, n.sequences * n.queries.div_ceil(rows)),
+            dim,
+            q.clone().into_tensor_arg(),
+            k.clone().into_tensor_arg(),
+            v.clone().into_tensor_arg(),
+            o.into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            grad.clone().into_tensor_arg(),
+            dq.clone().into_tensor_arg(),
+            delta.clone().into_tensor_arg(),
+            n.queries,
+            n.keys,
+            start,
+            n.scale,
+            n.d,
+            n.dv,
+            rows,
+            tile,
+            mma,
+        );
+        key_tiles::launch(
+            &client,
+            cubes(&q, n.sequences * n.keys.div_ceil(tile)),
+            dim,
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            lse.into_tensor_arg(),
+            delta.into_tensor_arg(),
+            grad.into_tensor_arg(),
+            dk.clone().into_tensor_arg(),
+            dv.clone().into_tensor_arg(),
+            n.queries,
+            n.keys,
+            start,
+            n.scale,
+            n.d,
+            n.dv,
+            rows,
+            tile,
+            mma,
+        );
+        return [dq, dk, dv];
+    }
     let (count, dim) = n.grid(&q, n.queries, n.rows, n.per_unit[1]);
     query_grads::launch(
         &client,

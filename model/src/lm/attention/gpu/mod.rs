@@ -8,9 +8,10 @@
 pub(crate) mod kernel;
 mod launch;
 mod plan;
+pub(crate) mod tile_grads;
 pub(crate) mod tiles;
 
-pub(crate) use plan::{Plan, tensor_tiles};
+pub(crate) use plan::{Pass, Plan, tensor_tiles};
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::fusion::custom::TensorSpec;

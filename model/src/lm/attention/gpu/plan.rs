@@ -76,25 +76,45 @@ pub(super) fn tiles(
     Some((tile.min(queries.next_power_of_two()), tile))
 }
 
-/// The rows of the tensor-core forward's query tiles and shared tiles
-/// ([`super::tiles`]) with fragments `mma`, on a device with `shared_bytes` of shared
-/// memory per cube: the largest power of two up to [`MAX_TILE`] whose tiles fit, the query
-/// tiles no larger than the queries need (one fragment at least); `None` where no tile of
-/// whole fragments fits.
+/// The kernel whose tensor-core tiles a plan sizes: the forward ([`super::tiles`]) or
+/// the backward ([`super::tile_grads`]), each with its own shared tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    Forward,
+    Backward,
+}
+
+impl Pass {
+    /// The shared floats a cube of the pass's kernels holds.
+    fn shared_floats(self, rows: usize, tile: usize, widths: [usize; 2]) -> usize {
+        match self {
+            Self::Forward => super::tiles::shared_floats(rows, tile, widths),
+            Self::Backward => super::tile_grads::shared_floats(rows, tile, widths),
+        }
+    }
+}
+
+/// The rows of a tensor-core pass's query tiles and key tiles with fragments `mma`, on a
+/// device with `shared_bytes` of shared memory per cube: the largest power of two up to
+/// [`MAX_TILE`] whose tiles fit, the query tiles no larger than the queries need (one
+/// fragment at least); `None` where no tile of whole fragments fits.
 pub(crate) fn tensor_tiles(
+    pass: Pass,
     shared_bytes: usize,
     widths: [usize; 2],
     queries: usize,
     mma: &Mma,
 ) -> Option<(usize, usize)> {
+    let bytes = |rows, tile| 4 * pass.shared_floats(rows, tile, widths);
     let mut tile = MAX_TILE;
-    while tile > mma.m && 4 * super::tiles::shared_floats(tile, tile, widths) > shared_bytes {
+    while tile > mma.m && bytes(tile, tile) > shared_bytes {
         tile /= 2;
     }
     let rows = tile.min(queries.next_power_of_two().max(mma.m));
-    (4 * super::tiles::shared_floats(rows, tile, widths) <= shared_bytes
-        && super::tiles::fits(mma, rows, tile, widths))
-    .then_some((rows, tile))
+    // The backward's products come out d wide (∂Q, ∂K) as well as dv.
+    let outputs = pass == Pass::Forward || widths[0].is_multiple_of(mma.n);
+    let fits = outputs && super::tiles::fits(mma, rows, tile, widths);
+    (fits && bytes(rows, tile) <= shared_bytes).then_some((rows, tile))
 }
 
 #[cfg(test)]
@@ -112,7 +132,7 @@ mod tests {
         assert_eq!(tile_rows(1024, 64, 64), None);
     }
 
-    /// The tensor-core forward takes tiles of whole fragments that fit: 64 rows at width
+    /// The tensor-core passes take tiles of whole fragments that fit: 64 rows at width
     /// 128 in an H100's 227 KiB, 16 at width 64 in lavapipe's 32 KiB, query tiles of one
     /// fragment's rows for a decoding query; none where a width is no whole fragment or
     /// one fragment's tiles do not fit.
@@ -120,11 +140,23 @@ mod tests {
     fn tensor_tiles_are_whole_fragments_that_fit() {
         use crate::backend::gpu::mma::CUDA_TF32 as mma;
         let h100 = 227 * 1024;
-        assert_eq!(tensor_tiles(h100, [128, 128], 2048, &mma), Some((64, 64)));
-        assert_eq!(tensor_tiles(32 * 1024, [64, 64], 100, &mma), Some((16, 16)));
-        assert_eq!(tensor_tiles(h100, [128, 128], 1, &mma), Some((16, 64)));
-        assert_eq!(tensor_tiles(h100, [8, 6], 100, &mma), None);
-        assert_eq!(tensor_tiles(1024, [64, 64], 100, &mma), None);
+        for pass in [Pass::Forward, Pass::Backward] {
+            let tiles = |shared, widths, queries| tensor_tiles(pass, shared, widths, queries, &mma);
+            assert_eq!(tiles(h100, [128, 128], 2048), Some((64, 64)), "{pass:?}");
+            assert_eq!(tiles(32 * 1024, [64, 64], 100), Some((16, 16)), "{pass:?}");
+            assert_eq!(tiles(h100, [128, 128], 1), Some((16, 64)), "{pass:?}");
+            assert_eq!(tiles(h100, [8, 6], 100), None, "{pass:?}");
+            assert_eq!(tiles(1024, [64, 64], 100), None, "{pass:?}");
+        }
+        // The backward's products are d wide: d = 8 takes no fragments of 16 columns.
+        let narrow = |pass| tensor_tiles(pass, h100, [8, 16], 100, &mma);
+        assert_eq!(narrow(Pass::Forward), Some((64, 64)));
+        assert_eq!(narrow(Pass::Backward), None);
+        // The backward's bigger tiles: at width 160 it fits 32 rows where the forward
+        // fits 64.
+        let wide = |pass| tensor_tiles(pass, h100, [160, 160], 2048, &mma);
+        assert_eq!(wide(Pass::Forward), Some((64, 64)));
+        assert_eq!(wide(Pass::Backward), Some((32, 32)));
     }
 
     /// A whole causal sequence of `n` tiles: query tile `t` loads the `t + 1` key tiles up

@@ -67,11 +67,7 @@ pub(crate) fn forward_tiles(
     // Each row's running maximum `m` (at r) and sum `l` (at rows + r).
     let mut stats = Shared::<[f32]>::new_slice(comptime!(2 * rows));
     load_tile(q, &mut qs, base + t * rows, base + queries, rows, d);
-    let mut x = UNIT_POS as usize;
-    while x < rows * dv {
-        os[x] = 0.0;
-        x += CUBE_DIM as usize;
-    }
+    zero(&mut os, rows * dv);
     let mut r = UNIT_POS as usize;
     while r < rows {
         stats[r] = -1.0e30f32;
@@ -85,7 +81,7 @@ pub(crate) fn forward_tiles(
         load_tile(k, &mut ks, first, (seq + 1) * keys, tile, d);
         load_tile(v, &mut vs, first, (seq + 1) * keys, tile, dv);
         sync_cube();
-        scores(&qs, &ks, &mut ss, d, rows, tile, mma);
+        times_transposed(&qs, &ks, &mut ss, d, rows, tile, mma);
         sync_cube();
         let seen = Seen {
             queries,
@@ -113,6 +109,16 @@ pub(crate) fn forward_tiles(
     }
 }
 
+/// Zeros in `len` values of `x`, every unit of the cube taking every `CUBE_DIM`-th.
+#[cube]
+pub(super) fn zero(x: &mut Shared<[f32]>, #[comptime] len: usize) {
+    let mut at = UNIT_POS as usize;
+    while at < len {
+        x[at] = 0.0;
+        at += CUBE_DIM as usize;
+    }
+}
+
 /// Which scores of a tile a row sees: query `first + r` (of `queries`) sees keys
 /// `j ≤ start + first + r` of `keys`; the tile's first key is `key`.
 #[derive(CubeType, Clone, Copy)]
@@ -124,28 +130,29 @@ struct Seen {
     key: usize,
 }
 
-/// `S = Q Kᵀ` (`[rows, tile]`), `Kᵀ` read by columns from `K`'s rows, each plane taking
-/// output tiles in turn.
+/// `C = A Bᵀ` (`[rows, cols]`) of `A [rows, width]` and `B [cols, width]` by rows, `Bᵀ`
+/// read by columns from `B`'s rows (`S = Q Kᵀ`, `∂P = ∂O Vᵀ` and their transposes), each
+/// plane taking output tiles in turn.
 #[cube]
-fn scores(
-    qs: &Shared<[f32]>,
-    ks: &Shared<[f32]>,
-    ss: &mut Shared<[f32]>,
-    #[comptime] d: usize,
+pub(super) fn times_transposed(
+    a: &Shared<[f32]>,
+    b: &Shared<[f32]>,
+    c: &mut Shared<[f32]>,
+    #[comptime] width: usize,
     #[comptime] rows: usize,
-    #[comptime] tile: usize,
+    #[comptime] cols: usize,
     #[comptime] mma: Mma,
 ) {
     let planes = CUBE_DIM as usize / mma.plane;
     let mut at = UNIT_POS as usize / mma.plane;
-    while at < comptime!(rows / mma.m * (tile / mma.n)) {
-        let (i, j) = (at / comptime!(tile / mma.n), at % comptime!(tile / mma.n));
-        let q_i = Operand::rows(&qs[i * mma.m * d..], d);
-        let kt_j = Operand::cols(&ks[j * mma.n * d..], d);
+    while at < comptime!(rows / mma.m * (cols / mma.n)) {
+        let (i, j) = (at / comptime!(cols / mma.n), at % comptime!(cols / mma.n));
+        let a_i = Operand::rows(&a[i * mma.m * width..], width);
+        let bt_j = Operand::cols(&b[j * mma.n * width..], width);
         tile_product(
-            Product::new(q_i, kt_j, d),
-            &mut ss[i * mma.m * tile + j * mma.n..],
-            tile,
+            Product::new(a_i, bt_j, width),
+            &mut c[i * mma.m * cols + j * mma.n..],
+            cols,
             mma,
         );
         at += planes;
@@ -200,25 +207,27 @@ fn softmax_rows(
     }
 }
 
-/// `O += P V` (`[rows, dv]`), each plane taking output tiles in turn.
+/// `C += A B` (`[rows, width]`) of `A [rows, len]` and `B [len, width]` by rows (`O += P
+/// V`, `∂Q += ∂S K`, `∂V += Pᵀ ∂O`, `∂K += ∂Sᵀ Q`), each plane taking output tiles in
+/// turn.
 #[cube]
-fn accumulate(
-    ps: &Shared<[f32]>,
-    vs: &Shared<[f32]>,
-    os: &mut Shared<[f32]>,
+pub(super) fn accumulate(
+    a: &Shared<[f32]>,
+    b: &Shared<[f32]>,
+    c: &mut Shared<[f32]>,
     #[comptime] rows: usize,
-    #[comptime] tile: usize,
-    #[comptime] dv: usize,
+    #[comptime] len: usize,
+    #[comptime] width: usize,
     #[comptime] mma: Mma,
 ) {
     let planes = CUBE_DIM as usize / mma.plane;
     let mut at = UNIT_POS as usize / mma.plane;
-    while at < comptime!(rows / mma.m * (dv / mma.n)) {
-        let (i, j) = (at / comptime!(dv / mma.n), at % comptime!(dv / mma.n));
-        let p_i = Operand::rows(&ps[i * mma.m * tile..], tile);
-        let v_j = Operand::rows(&vs[j * mma.n..], dv);
-        let o_ij = &mut os[i * mma.m * dv + j * mma.n..];
-        tile_accumulate(Product::new(p_i, v_j, tile), o_ij, dv, mma);
+    while at < comptime!(rows / mma.m * (width / mma.n)) {
+        let (i, j) = (at / comptime!(width / mma.n), at % comptime!(width / mma.n));
+        let a_i = Operand::rows(&a[i * mma.m * len..], len);
+        let b_j = Operand::rows(&b[j * mma.n..], width);
+        let c_ij = &mut c[i * mma.m * width + j * mma.n..];
+        tile_accumulate(Product::new(a_i, b_j, len), c_ij, width, mma);
         at += planes;
     }
 }
