@@ -3,8 +3,9 @@
 # minutes (a GPU machine may be at hand for minutes only; each step has its time limit).
 # First the values, every device at once: the GPU tests on the real device (the kernels
 # against their composed forms, wgpu) and `hla verify` (every operator's forms agree on the
-# device, as the device runs them by default (the nodes, the attention's kernels) and as
-# the node with its gradients: verify-node.txt). Then the times, the GPU kernels against
+# device, as the device runs them by default (the nodes, the attention's kernels, on cuda
+# their tensor-core tiles, checked against Burn's attention op) and as the node with its
+# gradients: verify-node.txt). Then the times, the GPU kernels against
 # the nodes and the composed forms in the same rounds, most wanted first: on the first
 # device (cuda) the operators at flash-linear-attention's published chunk_gla shape (B4
 # T2048 H16 d128, chunk 64) with plain matmuls and nanoGPT's training step and one

@@ -440,7 +440,14 @@ fn verify_checks_the_forms_and_their_gradients() {
             "verify", "--device", "flex", "--time", "70", "--chunk", "16",
         ],
     );
-    assert_eq!(plain.lines().count(), 1 + 4 * 3 * 2 + 1, "{plain}");
+    assert_eq!(plain.lines().count(), 1 + 4 * 3 * 2 + 2, "{plain}");
+    let attention = |out: &str| -> String {
+        out.lines()
+            .find(|l| l.starts_with("softmax attention"))
+            .unwrap_or_else(|| panic!("{out}"))
+            .into()
+    };
+    assert!(attention(&plain).ends_with("gradients -"), "{plain}");
     assert!(
         plain.lines().last().unwrap().starts_with("all forms agree"),
         "{plain}"
@@ -473,6 +480,7 @@ fn verify_checks_the_forms_and_their_gradients() {
         ]
         .concat();
         let checked = ok(dir.path(), &args);
+        assert!(!attention(&checked).ends_with("gradients -"), "{checked}");
         let rows: Vec<&str> = checked.lines().skip(1).take(24).collect();
         let unchecked: Vec<&&str> = rows.iter().filter(|l| l.ends_with(" -")).collect();
         assert_eq!(unchecked.len(), 1, "{checked}");

@@ -1,8 +1,9 @@
 //! `hla verify`: the reference, recurrent and chunked forms of every operator agree on
 //! this device, for outputs and final states, with no decay, the fixed decay and
 //! data-dependent gates; with `--gradients`, the chunked form's gradients agree with the
-//! reference's too (the data-dependent gates' own included). The forms run as the device
-//! runs them by default, or as `--form` names.
+//! reference's too (the data-dependent gates' own included); and the causal softmax
+//! attention against Burn's attention op. The forms run as the device runs them by
+//! default, or as `--form` names.
 
 use anyhow::{Result, bail};
 use burn::prelude::*;
@@ -114,6 +115,15 @@ pub fn run(args: &Args) -> Result<()> {
             .into_iter()
             .fold(worst, f64::max);
     }
+    let attention = attention_errors(&inputs, &device, args.gradients);
+    println!(
+        "softmax attention, as the device runs it against Burn's attention op: {:.2e}, \
+         queries after a cache {:.2e}, gradients {}",
+        attention[0],
+        attention[1],
+        attention.get(2).map_or("-".into(), |e| format!("{e:.2e}"))
+    );
+    worst = attention.into_iter().fold(worst, f64::max);
     let (tolerance, why) = if hla_model::backend::tf32_matmuls(&device) {
         (TF32_TOLERANCE, ", this device's f32 matmuls run in TF32")
     } else {
@@ -189,6 +199,49 @@ fn error(got: &(Tensor<4>, HlaState), want: &(Tensor<4>, HlaState)) -> f64 {
         .chain(states)
         .map(|(a, b)| relative_rms_error(a, b))
         .fold(0.0, f64::max)
+}
+
+/// The causal softmax attention as the device runs it (its kernels, or `--form`'s)
+/// against Burn's attention op, on the inputs' q, k, v: the output's relative RMS error
+/// over the whole sequence and for its last quarter of queries after a cache of the
+/// others' keys, and with `gradients` the largest of q's, k's and v's of `Σ o ⊙ w`.
+fn attention_errors(inputs: &Inputs, device: &Device, gradients: bool) -> Vec<f64> {
+    use hla_model::lm::attention::{causal_attention, causal_attention_composed};
+    let (q, k, v) = (inputs.q.clone(), inputs.k.clone(), inputs.v.clone());
+    let t = q.dims()[2];
+    let start = t - t.div_ceil(4);
+    let late = q.clone().slice(s![.., .., start..]);
+    let mut errors = vec![
+        relative_rms_error(
+            causal_attention(q.clone(), k.clone(), v.clone(), 0),
+            causal_attention_composed(q.clone(), k.clone(), v.clone(), 0),
+        ),
+        relative_rms_error(
+            causal_attention(late.clone(), k.clone(), v.clone(), start),
+            causal_attention_composed(late, k.clone(), v.clone(), start),
+        ),
+    ];
+    if gradients {
+        let ad = device.clone().autodiff();
+        let w = Tensor::<4>::random(v.dims(), Distribution::Normal(0.0, 1.0), &ad);
+        let grads = |kernel: bool| {
+            let [q, k, v] = [&q, &k, &v].map(|x| on(x, &ad, true));
+            let o = match kernel {
+                true => causal_attention(q.clone(), k.clone(), v.clone(), 0),
+                false => causal_attention_composed(q.clone(), k.clone(), v.clone(), 0),
+            };
+            let grads = (o * w.clone()).sum().backward();
+            [q, k, v].map(|x| x.grad(&grads).expect("a leaf's gradient"))
+        };
+        let (got, want) = (grads(true), grads(false));
+        let error = got
+            .into_iter()
+            .zip(want)
+            .map(|(a, b)| relative_rms_error(a, b))
+            .fold(0.0, f64::max);
+        errors.push(error);
+    }
+    errors
 }
 
 /// Whether `variant`'s gradient is well enough conditioned in f32 to compare the forms'.

@@ -13,6 +13,28 @@ use super::tiles::forward_tiles;
 use crate::backend::gpu::mma::{Mma, mma, tile_units};
 use crate::backend::gpu::{cubes, empty, rows_per_unit, unit_budget, units};
 
+/// A launch of one of the attention's kernels on `like`'s client: its tensors, then the
+/// call's sizes (queries, keys, start, scale, d, dv), then the kernel's own compile-time
+/// sizes (every kernel takes its arguments in this order).
+macro_rules! launch {
+    ($kernel:ident, ($like:expr, $count:expr, $dim:expr), [$($tensor:expr),* $(,)?],
+     ($n:expr, $start:expr), [$($size:expr),* $(,)?]) => {
+        $kernel::launch(
+            &$like.client.clone(),
+            $count,
+            $dim,
+            $($tensor.into_tensor_arg(),)*
+            $n.queries,
+            $n.keys,
+            $start,
+            $n.scale,
+            $n.d,
+            $n.dv,
+            $($size),*
+        )
+    };
+}
+
 /// The sizes of a call: `q [b, h, queries, d]`, `v [b, h, keys, dv]`.
 struct RowSizes {
     sequences: usize,
@@ -76,46 +98,22 @@ pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, Cub
     if let Some((mma, rows, tile)) = tensor_plan(Pass::Forward, &q, &n) {
         let count = cubes(&q, n.sequences * n.queries.div_ceil(rows));
         let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
-        forward_tiles::launch(
-            &q.client.clone(),
-            count,
-            dim,
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            o.clone().into_tensor_arg(),
-            lse.clone().into_tensor_arg(),
-            n.queries,
-            n.keys,
-            start,
-            n.scale,
-            n.d,
-            n.dv,
-            rows,
-            tile,
-            mma,
+        launch!(
+            forward_tiles,
+            (&q, count, dim),
+            [q, k, v, o.clone(), lse.clone()],
+            (n, start),
+            [rows, tile, mma]
         );
         return (o, lse);
     }
     let (count, dim) = n.grid(&q, n.queries, n.rows, n.per_unit[0]);
-    forward_kernel::launch(
-        &q.client.clone(),
-        count,
-        dim,
-        q.into_tensor_arg(),
-        k.into_tensor_arg(),
-        v.into_tensor_arg(),
-        o.clone().into_tensor_arg(),
-        lse.clone().into_tensor_arg(),
-        n.queries,
-        n.keys,
-        start,
-        n.scale,
-        n.d,
-        n.dv,
-        n.rows,
-        n.tile,
-        n.per_unit[0],
+    launch!(
+        forward_kernel,
+        (&q, count, dim),
+        [q, k, v, o.clone(), lse.clone()],
+        (n, start),
+        [n.rows, n.tile, n.per_unit[0]]
     );
     (o, lse)
 }
@@ -141,99 +139,59 @@ pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -
         empty(&q, v.shape().dims::<4>()),
     );
     let delta = empty(&q, [n.sequences * n.queries]);
-    let client = q.client.clone();
     if let Some((mma, rows, tile)) = tensor_plan(Pass::Backward, &q, &n) {
         let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
-        query_tiles::launch(
-            &client,
-            cubes(&q, n.sequences * n.queries.div_ceil(rows)),
-            dim,
-            q.clone().into_tensor_arg(),
-            k.clone().into_tensor_arg(),
-            v.clone().into_tensor_arg(),
-            o.into_tensor_arg(),
-            lse.clone().into_tensor_arg(),
-            grad.clone().into_tensor_arg(),
-            dq.clone().into_tensor_arg(),
-            delta.clone().into_tensor_arg(),
-            n.queries,
-            n.keys,
-            start,
-            n.scale,
-            n.d,
-            n.dv,
-            rows,
-            tile,
-            mma,
+        let count = cubes(&q, n.sequences * n.queries.div_ceil(rows));
+        launch!(
+            query_tiles,
+            (&q, count, dim),
+            [
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                o,
+                lse.clone(),
+                grad.clone(),
+                dq.clone(),
+                delta.clone()
+            ],
+            (n, start),
+            [rows, tile, mma]
         );
-        key_tiles::launch(
-            &client,
-            cubes(&q, n.sequences * n.keys.div_ceil(tile)),
-            dim,
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            lse.into_tensor_arg(),
-            delta.into_tensor_arg(),
-            grad.into_tensor_arg(),
-            dk.clone().into_tensor_arg(),
-            dv.clone().into_tensor_arg(),
-            n.queries,
-            n.keys,
-            start,
-            n.scale,
-            n.d,
-            n.dv,
-            rows,
-            tile,
-            mma,
+        let count = cubes(&q, n.sequences * n.keys.div_ceil(tile));
+        launch!(
+            key_tiles,
+            (&q, count, dim),
+            [q, k, v, lse, delta, grad, dk.clone(), dv.clone()],
+            (n, start),
+            [rows, tile, mma]
         );
         return [dq, dk, dv];
     }
     let (count, dim) = n.grid(&q, n.queries, n.rows, n.per_unit[1]);
-    query_grads::launch(
-        &client,
-        count,
-        dim,
-        q.clone().into_tensor_arg(),
-        k.clone().into_tensor_arg(),
-        v.clone().into_tensor_arg(),
-        o.into_tensor_arg(),
-        lse.clone().into_tensor_arg(),
-        grad.clone().into_tensor_arg(),
-        dq.clone().into_tensor_arg(),
-        delta.clone().into_tensor_arg(),
-        n.queries,
-        n.keys,
-        start,
-        n.scale,
-        n.d,
-        n.dv,
-        n.rows,
-        n.tile,
-        n.per_unit[1],
+    launch!(
+        query_grads,
+        (&q, count, dim),
+        [
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            o,
+            lse.clone(),
+            grad.clone(),
+            dq.clone(),
+            delta.clone()
+        ],
+        (n, start),
+        [n.rows, n.tile, n.per_unit[1]]
     );
     let (count, dim) = n.grid(&q, n.keys, n.tile, n.per_unit[2]);
-    key_grads::launch(
-        &client,
-        count,
-        dim,
-        q.into_tensor_arg(),
-        k.into_tensor_arg(),
-        v.into_tensor_arg(),
-        lse.into_tensor_arg(),
-        delta.into_tensor_arg(),
-        grad.into_tensor_arg(),
-        dk.clone().into_tensor_arg(),
-        dv.clone().into_tensor_arg(),
-        n.queries,
-        n.keys,
-        start,
-        n.scale,
-        n.d,
-        n.dv,
-        n.tile,
-        n.per_unit[2],
+    launch!(
+        key_grads,
+        (&q, count, dim),
+        [q, k, v, lse, delta, grad, dk.clone(), dv.clone()],
+        (n, start),
+        [n.tile, n.per_unit[2]]
     );
     [dq, dk, dv]
 }
