@@ -92,6 +92,14 @@ impl Pass {
             Self::Backward => super::tile_grads::shared_floats(rows, tile, widths),
         }
     }
+
+    /// Whether fragments `mma` tile the pass's products with these tiles and widths.
+    fn fits(self, mma: &Mma, rows: usize, tile: usize, widths: [usize; 2]) -> bool {
+        match self {
+            Self::Forward => super::tiles::fits(mma, rows, tile, widths),
+            Self::Backward => super::tile_grads::fits(mma, rows, tile, widths),
+        }
+    }
 }
 
 /// The rows of a tensor-core pass's query tiles and key tiles with fragments `mma`, on a
@@ -111,10 +119,8 @@ pub(crate) fn tensor_tiles(
         tile /= 2;
     }
     let rows = tile.min(queries.next_power_of_two().max(mma.m));
-    // The backward's products come out d wide (∂Q, ∂K) as well as dv.
-    let outputs = pass == Pass::Forward || widths[0].is_multiple_of(mma.n);
-    let fits = outputs && super::tiles::fits(mma, rows, tile, widths);
-    (fits && bytes(rows, tile) <= shared_bytes).then_some((rows, tile))
+    (pass.fits(mma, rows, tile, widths) && bytes(rows, tile) <= shared_bytes)
+        .then_some((rows, tile))
 }
 
 #[cfg(test)]

@@ -26,6 +26,12 @@ pub(crate) fn shared_floats(rows: usize, tile: usize, [d, dv]: [usize; 2]) -> us
     rows_and_tile + (rows * d).max(tile * (d + dv))
 }
 
+/// Whether fragments `mma` tile the backward's products: the forward's, and `∂Q` and `∂K`
+/// come out `d` wide as `∂V` does `dv`.
+pub(crate) fn fits(mma: &Mma, rows: usize, tile: usize, widths: [usize; 2]) -> bool {
+    super::tiles::fits(mma, rows, tile, widths) && widths[0].is_multiple_of(mma.n)
+}
+
 /// `∂q` of every query row and `delta = rowsum(∂O ⊙ O)`, from the saved `lse`: one cube of
 /// whole planes per tile of `rows` queries over shared tiles of `tile` keys.
 #[cube(launch)]
