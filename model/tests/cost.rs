@@ -12,8 +12,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use burn::prelude::*;
 use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
 use hla_model::backend::cost::blocks;
-use hla_model::backend::{Kernels, TensorCores, set_kernels, set_tensor_cores};
-use hla_model::bench::cost::{Engine, Step, form_cost};
+use hla_model::backend::{
+    Kernels, TensorCores, plan_multiprocessors, set_kernels, set_tensor_cores,
+};
+use hla_model::bench::cost::{CUDA_MULTIPROCESSORS, Engine, Step, form_cost};
 use hla_model::bench::{Gating, Operator, OperatorInputs, Shape5};
 use hla_model::hla::Form;
 
@@ -57,6 +59,7 @@ impl Drop for Turn {
     fn drop(&mut self) {
         set_kernels(Kernels::default());
         set_tensor_cores(TensorCores::default());
+        plan_multiprocessors(None);
     }
 }
 
@@ -88,8 +91,10 @@ fn gated_inputs(gating: Gating, device: &Device) -> OperatorInputs {
 }
 
 /// Kernels a real pass launches once warm (the first pass also runs the autotuner's
-/// candidates).
+/// candidates), its grids planned for the GPU the cost model names, as its dry run plans
+/// them.
 fn launched(op: Operator, route: Kernels, gating: Gating) -> usize {
+    plan_multiprocessors(Some(CUDA_MULTIPROCESSORS));
     let device = gpu().autodiff();
     let inputs = gated_inputs(gating, &device);
     pass(op, route, &inputs, &device);
@@ -97,6 +102,7 @@ fn launched(op: Operator, route: Kernels, gating: Gating) -> usize {
     let observation = LaunchObservation::new(counter.clone());
     pass(op, route, &inputs, &device);
     drop(observation);
+    plan_multiprocessors(None);
     counter.0.load(Ordering::Relaxed)
 }
 
@@ -242,6 +248,7 @@ fn the_nodes_backward_runs_a_fused_kernel_per_read_and_moment_product() {
 /// matmul, forward or backward, its fused kernels are counted though lavapipe could not
 /// compile them, and its output step and its backward's moment products run on the
 /// tensor cores unless they are off; the data-dependent gates' gradient adds no launch.
+/// It plans the GPU's multiprocessors too: one sequence's passes split.
 #[test]
 fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     let _turn = turn();
@@ -264,7 +271,10 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     let matmuls: f64 = on_lavapipe.iter().map(|b| b.matmul_flops).sum();
     assert!(matmuls > 0.0, "lavapipe's own plan falls back to matmuls");
 
-    let steps = form_cost(
+    // One sequence's passes would leave most of the GPU idle: its plan splits each into
+    // the composed update (a matmul) and the scan; back, each read's term of ∂Q is a
+    // matmul of its own then.
+    let one = form_cost(
         Operator::Hla2Chunked,
         Kernels::Nodes,
         &wide,
@@ -273,6 +283,24 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     )
     .expect("the cost model reads the node")
     .expect("hla2 has a node");
+    let matmuls = one.iter().filter(|s| s.engine == Engine::Matmul).count();
+    assert_eq!(
+        matmuls, 6,
+        "two updates forward, two back, two terms: {one:?}"
+    );
+
+    // Enough sequences that the passes fill the GPU (4 cubes each at d = 128).
+    let wide = Shape5 {
+        batch: 4,
+        heads: 16,
+        ..wide
+    };
+    let cost = |gating| {
+        form_cost(Operator::Hla2Chunked, Kernels::Nodes, &wide, gating, &gpu())
+            .expect("the cost model reads the node")
+            .expect("hla2 has a node")
+    };
+    let steps = cost(Gating::Fixed);
     let matmul = |s: &&Step| s.engine == Engine::Matmul;
     assert_eq!(steps.iter().filter(matmul).count(), 0, "{steps:?}");
     let count = |steps: &[Step], tensor: bool| {
@@ -288,11 +316,6 @@ fn the_cost_model_plans_for_the_named_gpus_shared_memory() {
     // tensor cores too, with the data-dependent gates' gradient as well).
     assert!(count(&steps, false) >= 4, "{steps:?}");
     assert_eq!(count(&steps, true), 4, "{steps:?}");
-    let cost = |gating| {
-        form_cost(Operator::Hla2Chunked, Kernels::Nodes, &wide, gating, &gpu())
-            .expect("the cost model reads the node")
-            .expect("hla2 has a node")
-    };
     let gated = cost(Gating::Data);
     assert_eq!(count(&gated, true), 4, "data gates: {gated:?}");
     // The gates' gradient is gathered inside the backward's kernels: no launch of its own,

@@ -17,16 +17,17 @@
 //! of its two kernels); its global reads are its shared tiles' ([`Plan`]), with
 //! the tiles an H100 or H200 holds ([`CUDA_SHARED_BYTES`]).
 //!
-//! Every form plans its tiles for that GPU's shared memory too, whatever the device the
-//! dry run reads on ([`PlannedShared`]): on lavapipe (32 KiB) the node's fused kernels
-//! at d = 128 (96 KiB) would fall back to their composed steps, which an H100 never runs.
+//! Every form plans its tiles for that GPU's shared memory and its grids for that GPU's
+//! multiprocessors too, whatever the device the dry run reads on ([`PlannedGpu`]): on
+//! lavapipe (32 KiB) the node's fused kernels at d = 128 (96 KiB) would fall back to
+//! their composed steps, which an H100 never runs.
 //! A launch the device cannot compile is counted and dropped by the dry run, never run.
 
 use burn::prelude::*;
 
 use super::{Gating, Operator, OperatorInputs, Shape5};
 use crate::backend::cost::{Block, blocks};
-use crate::backend::gpu::PlannedShared;
+use crate::backend::gpu::PlannedGpu;
 use crate::backend::gpu::mma::CUDA_TF32;
 use crate::backend::{Kernels, TensorCores, kernels, set_kernels, tensor_cores};
 use crate::hla::Form;
@@ -35,6 +36,9 @@ use crate::lm::attention::gpu::Plan;
 /// The shared memory a cube may hold on an H100 or H200 (227 KiB, the opt-in limit
 /// cubecl's CUDA runtime reports and sizes the attention's tiles by).
 pub const CUDA_SHARED_BYTES: usize = 227 * 1024;
+
+/// The streaming multiprocessors of an H100 or H200 SXM (132, NVIDIA's datasheets).
+pub const CUDA_MULTIPROCESSORS: usize = 132;
 
 /// The most units of a cube the kernels launch.
 const UNITS: usize = 256;
@@ -111,7 +115,7 @@ fn observe(
 ) -> Result<Vec<Block>, String> {
     let before = kernels();
     set_kernels(route);
-    let _planned = PlannedShared::new(CUDA_SHARED_BYTES);
+    let _planned = PlannedGpu::new(CUDA_SHARED_BYTES, CUDA_MULTIPROCESSORS);
     let device = if backward {
         device.clone().autodiff()
     } else {

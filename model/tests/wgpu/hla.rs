@@ -8,7 +8,10 @@ use hla_model::hla::{
 };
 
 use crate::common::{Case, Gates, Rng, input, rel_rms};
-use crate::{TOL, cap_grid, cap_rows, cpu, emulate_tensor_cores, gpu, kernels, launched, to_cpu};
+use crate::{
+    TOL, cap_grid, cap_rows, cpu, emulate_tensor_cores, gpu, kernels, launched,
+    plan_multiprocessors, to_cpu,
+};
 
 /// Everything one call computes, by name: the output, the final state, and the gradients
 /// of `Σ o·r₀ + Σ_i Σ state_i·r_i` (random r) with respect to q, k, v and the log gates.
@@ -229,6 +232,45 @@ fn nodes_match_their_composed_forms_on_tensor_core_tiles() {
     eprintln!(
         "Nodes on tensor-core tiles vs composed forms: largest relative RMS error {worst:.2e}"
     );
+}
+
+/// On a GPU whose multiprocessors a pass's cubes would not fill (6 sequences of small
+/// states, a cube each), the nodes run the composed update and the scan kernel in place
+/// of their pass kernels, forward and back, and still give their composed forms' numbers:
+/// every order, from an initial state with the fixed decay or from none with
+/// data-dependent gates. With as many multiprocessors as cubes, the pass kernels run.
+#[test]
+fn nodes_split_their_passes_where_those_would_not_fill_the_gpu() {
+    let _switch = kernels(Kernels::Nodes);
+    let mut worst: f64 = 0.0;
+    let data = Gates::Data { lo: 0.85 };
+    let cases = [
+        (Order::First, Gates::Fixed, true),
+        (Order::Second, data, false),
+        (Order::Third, Gates::Fixed, true),
+        (Order::Asymmetric, data, false),
+        (Order::Second, Gates::Fixed, true),
+    ];
+    for (i, (order, gates, init_state)) in cases.into_iter().enumerate() {
+        let case = Case {
+            gates,
+            init_state,
+            ..Case::new(order)
+        };
+        let cubes = case.batch * case.heads;
+        let split = i + 1 < cases.len();
+        let _gpu = plan_multiprocessors(if split { cubes + 1 } else { cubes });
+        let (err, names) = launched(|| kernel_vs_composed(&case, 8));
+        let ran = |name: &str| names.iter().any(|n| n.contains(name));
+        assert_eq!(
+            (ran("pass_kernel"), ran("scan_kernel")),
+            (!split, split),
+            "{order:?} {gates:?}, split {split}: {names:?}"
+        );
+        assert!(ran("output_kernel"), "{order:?}: the node ran: {names:?}");
+        worst = worst.max(err);
+    }
+    eprintln!("Nodes with split passes vs composed forms: largest relative RMS error {worst:.2e}");
 }
 
 /// More sequences × heads than one axis of the grid holds (65,535 cubes on wgpu, capped

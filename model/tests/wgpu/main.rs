@@ -90,6 +90,13 @@ fn cap_rows(max: usize) -> Restore {
     Restore(|| hla_model::backend::cap_unit_rows(None))
 }
 
+/// Plans the kernels' grids for a GPU of `count` multiprocessors while the guard lives
+/// (lavapipe reports none).
+fn plan_multiprocessors(count: usize) -> Restore {
+    hla_model::backend::plan_multiprocessors(Some(count));
+    Restore(|| hla_model::backend::plan_multiprocessors(None))
+}
+
 /// Runs the tile kernels' tensor-core products emulated while the guard lives (lavapipe has
 /// no tensor cores).
 fn emulate_tensor_cores() -> Restore {

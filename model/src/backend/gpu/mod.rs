@@ -180,7 +180,7 @@ pub(crate) fn max_units(device: &Device) -> Option<usize> {
 }
 
 /// The shared memory a cube of a CubeCL device may hold, in bytes, as the kernels plan
-/// their tiles ([`PlannedShared`] may stand in for the device's); `None` elsewhere.
+/// their tiles ([`PlannedGpu`] may stand in for the device's); `None` elsewhere.
 pub(crate) fn shared_bytes(device: &Device) -> Option<usize> {
     let planned = PLANNED_SHARED_BYTES.load(Ordering::Relaxed);
     properties(device).map(|p| match planned {
@@ -192,26 +192,59 @@ pub(crate) fn shared_bytes(device: &Device) -> Option<usize> {
 /// The shared memory the kernels plan for in place of the device's (0: the device's).
 static PLANNED_SHARED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// While it lives, the kernels plan their tiles for `bytes` of shared memory per cube
-/// instead of the device's own: the cost model's dry run plans as a named GPU would on a
-/// device with less (lavapipe's 32 KiB against an H100's 227), where a launch the device
-/// could not compile is counted and dropped, never run.
-pub(crate) struct PlannedShared {
-    before: usize,
+/// While it lives, the kernels plan their tiles for `shared` bytes of shared memory per
+/// cube and their grids for `multiprocessors` instead of the device's own: the cost
+/// model's dry run plans as a named GPU would on a device with less (lavapipe's 32 KiB
+/// against an H100's 227, and no multiprocessors), where a launch the device could not
+/// compile is counted and dropped, never run.
+pub(crate) struct PlannedGpu {
+    before: [usize; 2],
 }
 
-impl PlannedShared {
-    pub(crate) fn new(bytes: usize) -> Self {
+impl PlannedGpu {
+    pub(crate) fn new(shared: usize, multiprocessors: usize) -> Self {
         Self {
-            before: PLANNED_SHARED_BYTES.swap(bytes, Ordering::Relaxed),
+            before: [
+                PLANNED_SHARED_BYTES.swap(shared, Ordering::Relaxed),
+                PLANNED_MULTIPROCESSORS.swap(multiprocessors, Ordering::Relaxed),
+            ],
         }
     }
 }
 
-impl Drop for PlannedShared {
+impl Drop for PlannedGpu {
     fn drop(&mut self) {
-        PLANNED_SHARED_BYTES.store(self.before, Ordering::Relaxed);
+        let [shared, multiprocessors] = self.before;
+        PLANNED_SHARED_BYTES.store(shared, Ordering::Relaxed);
+        PLANNED_MULTIPROCESSORS.store(multiprocessors, Ordering::Relaxed);
     }
+}
+
+/// The streaming multiprocessors a CubeCL device runs cubes on at once, as the kernels
+/// plan their grids: a planned GPU's ([`plan_multiprocessors`]), else the device's own
+/// where its runtime reads them (cuda), else 64 on a GPU that says none (wgpu; cubecl's
+/// own launches assume as many), and `None` on a CPU device (lavapipe: a few cores, each
+/// running a cube's units one after another, so a grid of few cubes loses nothing there).
+pub(crate) fn multiprocessors(device: &Device) -> Option<usize> {
+    let properties = properties(device)?;
+    let planned = PLANNED_MULTIPROCESSORS.load(Ordering::Relaxed);
+    let hardware = &properties.hardware;
+    match (planned, hardware.num_streaming_multiprocessors) {
+        (0, Some(reported)) => Some(reported as usize),
+        (0, None) => properties.identity.physical.is_some().then_some(64),
+        (planned, _) => Some(planned),
+    }
+}
+
+/// The multiprocessors the kernels plan for in place of the device's (0: the device's).
+static PLANNED_MULTIPROCESSORS: AtomicUsize = AtomicUsize::new(0);
+
+/// Plans the GPU kernels' grids for `count` streaming multiprocessors (`None`: the
+/// device's, [`multiprocessors`]): the cost model's dry run plans as a named GPU would,
+/// and a test reaches the grids of a large GPU on lavapipe.
+#[doc(hidden)]
+pub fn plan_multiprocessors(count: Option<usize>) {
+    PLANNED_MULTIPROCESSORS.store(count.unwrap_or(0), Ordering::Relaxed);
 }
 
 /// The properties of a CubeCL device; `None` elsewhere.

@@ -68,7 +68,7 @@ impl Gpu {
             Self::H200 => 4.8e12,
         };
         Peaks {
-            sms: 132,
+            sms: hla_model::bench::cost::CUDA_MULTIPROCESSORS,
             fp32: 66.9e12,
             tf32: 494.7e12,
             bandwidth,
@@ -240,7 +240,7 @@ pub(super) fn render(md: &mut String, cost: &Cost) {
     for r in &cost.rows {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.1} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {:.1} | {:.3} | {:.3} |",
             r.mixer,
             r.form,
             r.launches,

@@ -28,7 +28,7 @@ use burn_cubecl::kernel::into_contiguous;
 pub(crate) use super::pass_kernel::Walk;
 use super::pass_kernel::{TILE, pass_kernel};
 use super::{Layout, blocks, layout, sizes};
-use crate::backend::gpu::{cubes, empty, units};
+use crate::backend::gpu::{cubes, empty, multiprocessors, units};
 use crate::hla::decay::Decay;
 
 /// What one call computes: the chunks' layout, the decay's power `p`, how it walks and
@@ -157,8 +157,10 @@ fn walk(
 ) -> Option<(Tensor<5>, Tensor<4>)> {
     let [bs, h, n, _, rows] = k.dims();
     let cols = u.dims()[4];
+    let device = k.device();
     let applies = start.is_none_or(crate::backend::takes_gpu_step)
-        && crate::backend::gpu::fits(&k.device(), [bs * h * n * rows * cols]);
+        && crate::backend::gpu::fits(&device, [bs * h * n * rows * cols])
+        && fills(&device, bs * h, [rows, cols]);
     let gates = layout(&[k, u], decay).filter(|_| applies)?;
     Some(gpu_pass(start, [k, u], gates, (power, back)))
 }
@@ -201,6 +203,19 @@ fn gpu_pass(
         Tensor::<3>::from_dispatch(states).reshape([bs, h, n, rows, cols]),
         Tensor::from_dispatch(end),
     )
+}
+
+/// Whether the pass of `seqs` sequences' `[rows, cols]` states has a cube for every
+/// multiprocessor of `device` ([`multiprocessors`]; a CPU device has none to fill). Its
+/// cubes walk the chunks one after another, each chunk's product on one multiprocessor:
+/// with fewer, most of a GPU idles through the pass, and the composed update (one matmul
+/// over every chunk at once) and scan (a unit per state value) run instead, at the cost
+/// of the updates' tensor written and read back and one more launch.
+fn fills(device: &Device, seqs: usize, [rows, cols]: [usize; 2]) -> bool {
+    let owned = rows.div_ceil(TILE) * cols.div_ceil(TILE);
+    let units = crate::backend::gpu::max_units(device).unwrap_or(1);
+    let cubes = seqs * cube_tiles(owned, units).1;
+    multiprocessors(device).is_none_or(|count| cubes >= count)
 }
 
 /// The units of a cube and the cubes of a sequence for a state of `owned` blocks, with
