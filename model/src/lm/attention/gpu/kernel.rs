@@ -285,13 +285,8 @@ pub(crate) fn key_grads(
         fill(&mut dk_acc, r * d, d);
         fill(&mut dv_acc, r * dv, dv);
     }
-    // Query i sees key j when start + i ≥ j: the cube's first key is seen from query
-    // `first_key − start` on.
     let first_key = t * tile;
-    let mut from = 0;
-    if first_key > start {
-        from = first_key - start;
-    }
+    let from = first_seeing(first_key, start);
     let end = (seq + 1) * queries;
     let mut qs = Shared::<[f32]>::new_slice(tile * d);
     let mut gs = Shared::<[f32]>::new_slice(tile * dv);
@@ -331,4 +326,15 @@ pub(crate) fn key_grads(
             store_row(&dv_acc, r * dv, 1.0f32, dv_out, base + j, dv);
         }
     }
+}
+
+/// The first query that sees key `key` when the queries follow `start` cached keys: query
+/// `i` sees key `j` when `start + i ≥ j`.
+#[cube]
+pub(crate) fn first_seeing(key: usize, start: usize) -> usize {
+    let mut from = 0;
+    if key > start {
+        from = key - start;
+    }
+    from
 }

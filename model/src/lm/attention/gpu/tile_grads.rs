@@ -14,7 +14,7 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::kernel::{load_tile, tile_keys, tile_of, visible};
+use super::kernel::{first_seeing, load_tile, tile_keys, tile_of, visible};
 use super::tiles::{accumulate, times_transposed, zero};
 use crate::backend::gpu::mma::Mma;
 
@@ -161,13 +161,8 @@ pub(crate) fn key_tiles(
     load_tile(v, &mut vs, base + t * tile, base + keys, tile, dv);
     zero(&mut dk_acc, tile * d);
     zero(&mut dv_acc, tile * dv);
-    // Query i sees key j when start + i ≥ j: the cube's first key is seen from query
-    // `t · tile − start` on.
     let first_key = t * tile;
-    let mut from = 0;
-    if first_key > start {
-        from = first_key - start;
-    }
+    let from = first_seeing(first_key, start);
     let end = (seq + 1) * queries;
     let mut qt = from / rows;
     while qt * rows < queries {
