@@ -195,7 +195,8 @@ fn cost_report_at(shape: &str, extra: &[&str]) -> serde_json::Value {
 
 /// `hla bench --only cost` gives a row of every GPU form of every mixer (no node for the
 /// softmax attention), read off the device's launch plans: the hand-written kernels launch
-/// fewer kernels than the composed form, and the roofline has a time for each.
+/// fewer kernels than the composed form, and the roofline has a time for each; each row's
+/// parts (its steps by what runs them) add up to it.
 #[test]
 fn bench_models_the_cost_of_every_gpu_form() {
     let report = cost_report(&["--gpu", "h100"]);
@@ -226,8 +227,43 @@ fn bench_models_the_cost_of_every_gpu_form() {
     for r in rows {
         for field in ["launches", "flops", "bytes", "roofline_ms"] {
             assert!(r[field].as_f64().is_some_and(|x| x > 0.0), "{field}: {r}");
+            let parts = r["parts"].as_array().expect("the row's parts");
+            let sum: f64 = parts.iter().map(|p| p[field].as_f64().unwrap()).sum();
+            let whole = r[field].as_f64().unwrap();
+            assert!((sum - whole).abs() <= 1e-9 * whole, "{field}: {r}");
         }
     }
+    // Where the time goes: the node's parts are its kernels (its output step with its
+    // cubes; its passes split at 4 sequences, their scans bound by memory), the composed
+    // form's Burn's matmuls and memory-bound ops.
+    let parts = |mixer: &str, form: &str| -> Vec<String> {
+        let row = rows
+            .iter()
+            .find(|r| r["mixer"] == mixer && r["form"] == form);
+        let parts = row.and_then(|r| r["parts"].as_array()).expect("every row");
+        parts
+            .iter()
+            .map(|p| format!("{} ({})", p["what"].as_str().unwrap(), p["engine"]))
+            .collect()
+    };
+    let node = parts("hla2", "node");
+    assert!(
+        node.iter()
+            .any(|p| p.contains("chunk_output") && p.contains("cubes")),
+        "{node:?}"
+    );
+    assert!(
+        node.iter()
+            .any(|p| p.contains("chunk_scan") && p.contains("memory-bound")),
+        "{node:?}"
+    );
+    let composed = parts("hla2", "composed");
+    assert!(
+        ["matmul", "memory"]
+            .iter()
+            .all(|w| composed.iter().any(|p| p.starts_with(w))),
+        "{composed:?}"
+    );
     let launches = |mixer: &str, form: &str| {
         rows.iter()
             .find(|r| r["mixer"] == mixer && r["form"] == form)

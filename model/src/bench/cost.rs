@@ -58,13 +58,15 @@ pub enum Engine {
 }
 
 /// One step of a form: launches of one engine and their work.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     pub engine: Engine,
     pub launches: usize,
     pub flops: f64,
     /// Global-memory traffic.
     pub bytes: f64,
+    /// The hand-written kernel it ran (fusion's id of its custom op), if one.
+    pub kernel: Option<String>,
 }
 
 /// The steps of `op`'s forward and backward pass at `shape` with `gating`'s gates and
@@ -218,6 +220,7 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
         launches: block.launches,
         flops,
         bytes: block.bytes + inside,
+        kernel: block.custom.clone(),
     }
 }
 
@@ -246,6 +249,7 @@ fn node_kernel(block: &Block, id: &str) -> Option<Step> {
         launches: block.launches,
         flops,
         bytes: block.bytes,
+        kernel: Some(id.to_string()),
     })
 }
 

@@ -40,12 +40,19 @@ static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A test's turn at [`SWITCH`] with the kernels set to `kernels`: the GPU kernels' tests
 /// turn them on (they are off by default), others the composed forms; the default comes
-/// back when the turn ends.
+/// back when the turn ends. The kernels plan their grids for [`TURN_MULTIPROCESSORS`]
+/// meanwhile.
 fn kernels(kernels: Kernels) -> Turn {
     let guard = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     set_kernels(kernels);
+    hla_model::backend::plan_multiprocessors(Some(TURN_MULTIPROCESSORS));
     Turn { _guard: guard }
 }
+
+/// The multiprocessors a test's turn plans for: one, so that the node's passes over the
+/// chunks run whole on a real GPU too (its small cases would not fill one, and the passes
+/// would split, [`plan_multiprocessors`]), as on lavapipe.
+const TURN_MULTIPROCESSORS: usize = 1;
 
 struct Turn {
     _guard: std::sync::MutexGuard<'static, ()>,
@@ -54,6 +61,7 @@ struct Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         set_kernels(Kernels::default());
+        hla_model::backend::plan_multiprocessors(None);
     }
 }
 
@@ -91,10 +99,10 @@ fn cap_rows(max: usize) -> Restore {
 }
 
 /// Plans the kernels' grids for a GPU of `count` multiprocessors while the guard lives
-/// (lavapipe reports none).
+/// (lavapipe reports none), then for the turn's again.
 fn plan_multiprocessors(count: usize) -> Restore {
     hla_model::backend::plan_multiprocessors(Some(count));
-    Restore(|| hla_model::backend::plan_multiprocessors(None))
+    Restore(|| hla_model::backend::plan_multiprocessors(Some(TURN_MULTIPROCESSORS)))
 }
 
 /// Runs the tile kernels' tensor-core products emulated while the guard lives (lavapipe has

@@ -3,6 +3,8 @@
 
 use hla_model::backend::Kernels;
 
+use crate::run::config::Form;
+
 /// Which form of an operator, or of a training step's ops, a case runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Route {
@@ -16,13 +18,10 @@ pub(crate) enum Route {
 }
 
 impl Route {
-    /// The kernels the case runs with ([`Kernels::default`] puts the default back).
+    /// The kernels the case runs with, as a run of the same form trains with
+    /// ([`Kernels::default`] puts the default back).
     pub(crate) fn kernels(self) -> Kernels {
-        match self {
-            Self::Kernels => Kernels::All,
-            Self::Node => Kernels::Nodes,
-            Self::Composed => Kernels::None,
-        }
+        Form::from(self).kernels()
     }
 
     /// The form's name in the training steps' table.
@@ -40,6 +39,16 @@ impl Route {
             Self::Kernels => "",
             Self::Node => " node",
             Self::Composed => " composed",
+        }
+    }
+}
+
+impl From<Route> for Form {
+    fn from(route: Route) -> Self {
+        match route {
+            Route::Kernels => Self::Fused,
+            Route::Node => Self::Node,
+            Route::Composed => Self::Composed,
         }
     }
 }

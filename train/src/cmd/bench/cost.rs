@@ -88,6 +88,26 @@ pub(super) struct CostRow {
     pub bytes: f64,
     /// Σ over the steps of max(compute time, memory time) at the GPU's peaks.
     pub roofline_ms: f64,
+    /// Where the time goes: the steps by what runs them, in order of first launch (reports
+    /// written before say none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<CostPart>,
+}
+
+/// The steps of a form that one engine runs: one hand-written kernel, Burn's matmuls, or
+/// its elementwise ops, reductions and copies.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct CostPart {
+    /// The hand-written kernel (fusion's id of its custom op), else `matmul` (Burn's) or
+    /// `memory` (Burn's elementwise ops, reductions and copies, fused or alone).
+    pub what: String,
+    /// What bounds it: `tensor cores` (a matmul), `memory-bound`, or a hand-written
+    /// kernel's `cuda cores` or `tensor cores` with its cubes.
+    pub engine: String,
+    pub launches: usize,
+    pub flops: f64,
+    pub bytes: f64,
+    pub roofline_ms: f64,
 }
 
 /// The cost model's section of a report.
@@ -204,26 +224,68 @@ fn not_cubecl() -> anyhow::Error {
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn row(mixer: &str, form: &str, steps: &[hla_model::bench::cost::Step], peaks: Peaks) -> CostRow {
-    use hla_model::bench::cost::Engine;
-
-    let seconds = |s: &hla_model::bench::cost::Step| {
-        let compute = match s.engine {
-            Engine::Matmul => peaks.tf32,
-            Engine::Memory => peaks.fp32,
-            Engine::Kernel { cubes } => peaks.fp32 * (cubes as f64 / peaks.sms as f64).min(1.0),
-            Engine::TensorKernel { cubes } => {
-                peaks.tf32 * (cubes as f64 / peaks.sms as f64).min(1.0)
+    let mut parts: Vec<CostPart> = Vec::new();
+    for step in steps {
+        let (what, engine) = part_of(step);
+        let ms = peaks.seconds(step) * 1e3;
+        match parts
+            .iter_mut()
+            .find(|p| p.what == what && p.engine == engine)
+        {
+            Some(part) => {
+                part.launches += step.launches;
+                part.flops += step.flops;
+                part.bytes += step.bytes;
+                part.roofline_ms += ms;
             }
-        };
-        (s.flops / compute).max(s.bytes / peaks.bandwidth)
-    };
+            None => parts.push(CostPart {
+                what,
+                engine,
+                launches: step.launches,
+                flops: step.flops,
+                bytes: step.bytes,
+                roofline_ms: ms,
+            }),
+        }
+    }
     CostRow {
         mixer: mixer.into(),
         form: form.into(),
-        launches: steps.iter().map(|s| s.launches).sum(),
-        flops: steps.iter().map(|s| s.flops).sum(),
-        bytes: steps.iter().map(|s| s.bytes).sum(),
-        roofline_ms: steps.iter().map(seconds).sum::<f64>() * 1e3,
+        launches: parts.iter().map(|p| p.launches).sum(),
+        flops: parts.iter().map(|p| p.flops).sum(),
+        bytes: parts.iter().map(|p| p.bytes).sum(),
+        roofline_ms: parts.iter().map(|p| p.roofline_ms).sum(),
+        parts,
+    }
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+impl Peaks {
+    /// A step's roofline time: max(compute time, memory time), a hand-written kernel's
+    /// compute at its cubes' share of the SMs.
+    fn seconds(&self, step: &hla_model::bench::cost::Step) -> f64 {
+        use hla_model::bench::cost::Engine;
+        let share = |cubes: usize| (cubes as f64 / self.sms as f64).min(1.0);
+        let compute = match step.engine {
+            Engine::Matmul => self.tf32,
+            Engine::Memory => self.fp32,
+            Engine::Kernel { cubes } => self.fp32 * share(cubes),
+            Engine::TensorKernel { cubes } => self.tf32 * share(cubes),
+        };
+        (step.flops / compute).max(step.bytes / self.bandwidth)
+    }
+}
+
+/// What runs a step and on which engine, as [`CostPart`] names them.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn part_of(step: &hla_model::bench::cost::Step) -> (String, String) {
+    use hla_model::bench::cost::Engine;
+    let what = |burn: &str| step.kernel.clone().unwrap_or_else(|| burn.into());
+    match step.engine {
+        Engine::Matmul => (what("matmul"), "tensor cores".into()),
+        Engine::Memory => (what("memory"), "memory-bound".into()),
+        Engine::Kernel { cubes } => (what("kernel"), format!("cuda cores, {cubes} cubes")),
+        Engine::TensorKernel { cubes } => (what("kernel"), format!("tensor cores, {cubes} cubes")),
     }
 }
 
@@ -248,6 +310,39 @@ pub(super) fn render(md: &mut String, cost: &Cost) {
             r.bytes / 1e9,
             r.roofline_ms
         );
+    }
+    let _ = writeln!(md);
+    if cost.rows.iter().any(|r| !r.parts.is_empty()) {
+        render_parts(md, cost);
+    }
+}
+
+/// Where each form's roofline time goes: its steps by what runs them.
+fn render_parts(md: &mut String, cost: &Cost) {
+    let _ = writeln!(
+        md,
+        "### Where the time goes\n\n\
+         Each form's steps by what runs them: a hand-written kernel (on the CUDA or tensor \
+         cores with its cubes, or bound by memory), Burn's matmuls, or Burn's elementwise \
+         ops, reductions and copies (`memory`).\n\n\
+         | mixer | form | steps | engine | launches | GFLOP | GB moved | roofline ms |\n\
+         |---|---|---|---|---:|---:|---:|---:|"
+    );
+    for r in &cost.rows {
+        for p in &r.parts {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {:.2} | {:.3} | {:.3} |",
+                r.mixer,
+                r.form,
+                p.what,
+                p.engine,
+                p.launches,
+                p.flops / 1e9,
+                p.bytes / 1e9,
+                p.roofline_ms
+            );
+        }
     }
     let _ = writeln!(md);
 }
