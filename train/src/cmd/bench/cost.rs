@@ -300,16 +300,8 @@ pub(super) fn render(md: &mut String, cost: &Cost) {
         cost.gpu, cost.batch, cost.heads, cost.time, cost.d, cost.chunk
     );
     for r in &cost.rows {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {:.1} | {:.3} | {:.3} |",
-            r.mixer,
-            r.form,
-            r.launches,
-            r.flops / 1e9,
-            r.bytes / 1e9,
-            r.roofline_ms
-        );
+        let figures = figures(r.launches, r.flops, r.bytes, r.roofline_ms);
+        let _ = writeln!(md, "| {} | {} | {figures} |", r.mixer, r.form);
     }
     let _ = writeln!(md);
     if cost.rows.iter().any(|r| !r.parts.is_empty()) {
@@ -330,19 +322,20 @@ fn render_parts(md: &mut String, cost: &Cost) {
     );
     for r in &cost.rows {
         for p in &r.parts {
+            let figures = figures(p.launches, p.flops, p.bytes, p.roofline_ms);
+            let (what, engine) = (&p.what, &p.engine);
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.2} | {:.3} | {:.3} |",
-                r.mixer,
-                r.form,
-                p.what,
-                p.engine,
-                p.launches,
-                p.flops / 1e9,
-                p.bytes / 1e9,
-                p.roofline_ms
+                "| {} | {} | {what} | {engine} | {figures} |",
+                r.mixer, r.form
             );
         }
     }
     let _ = writeln!(md);
+}
+
+/// Launches, GFLOP, GB moved and roofline ms as a table's cells.
+fn figures(launches: usize, flops: f64, bytes: f64, roofline_ms: f64) -> String {
+    let (gflop, gb) = (flops / 1e9, bytes / 1e9);
+    format!("{launches} | {gflop:.2} | {gb:.3} | {roofline_ms:.3}")
 }
