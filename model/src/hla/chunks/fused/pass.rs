@@ -76,14 +76,6 @@ fn pass_specs(
     )
 }
 
-impl Pass {
-    /// The state's `TILE × TILE` blocks.
-    fn owned(&self) -> usize {
-        let [.., rows, cols] = self.end;
-        rows.div_ceil(TILE) * cols.div_ceil(TILE)
-    }
-}
-
 impl ChunkPass for CubeBackend {
     fn chunk_pass(
         start: FloatTensor<Self>,
@@ -101,7 +93,7 @@ impl ChunkPass for CubeBackend {
             empty(&k, [bs * h, chunks, rows * cols]),
             empty(&k, pass.end),
         );
-        let (dim, tiles) = cube_tiles(pass.owned(), units(&k) as usize);
+        let (dim, tiles) = cube_tiles(owned([rows, cols]), units(&k) as usize);
         let dim = CubeDim::new_1d(dim as u32);
         pass_kernel::launch(
             &k.client.clone(),
@@ -211,11 +203,15 @@ fn gpu_pass(
 /// with fewer, most of a GPU idles through the pass, and the composed update (one matmul
 /// over every chunk at once) and scan (a unit per state value) run instead, at the cost
 /// of the updates' tensor written and read back and one more launch.
-fn fills(device: &Device, seqs: usize, [rows, cols]: [usize; 2]) -> bool {
-    let owned = rows.div_ceil(TILE) * cols.div_ceil(TILE);
+fn fills(device: &Device, seqs: usize, state: [usize; 2]) -> bool {
     let units = crate::backend::gpu::max_units(device).unwrap_or(1);
-    let cubes = seqs * cube_tiles(owned, units).1;
+    let cubes = seqs * cube_tiles(owned(state), units).1;
     multiprocessors(device).is_none_or(|count| cubes >= count)
+}
+
+/// The `TILE × TILE` blocks of a `[rows, cols]` state.
+fn owned([rows, cols]: [usize; 2]) -> usize {
+    rows.div_ceil(TILE) * cols.div_ceil(TILE)
 }
 
 /// The units of a cube and the cubes of a sequence for a state of `owned` blocks, with
@@ -234,8 +230,7 @@ pub(crate) fn planned_cubes(id: &str, outputs: &[Vec<usize>], units: usize) -> O
         return None;
     }
     let [b, h, rows, cols] = <[usize; 4]>::try_from(outputs.get(1)?.as_slice()).ok()?;
-    let owned = rows.div_ceil(TILE) * cols.div_ceil(TILE);
-    Some(b * h * cube_tiles(owned, units).1)
+    Some(b * h * cube_tiles(owned([rows, cols]), units).1)
 }
 
 /// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`start`,
