@@ -9,11 +9,13 @@
 //!
 //! with `f = e` (decay to the chunk's end: a state's update in the forward pass) or `f = a`
 //! (decay from its start: the gradient a state's read sends back, `Qᵀ diag(a^p) ∂Y`, walked
-//! from the last chunk). One cube per tile of a sequence's state values, one unit per 4 × 4
-//! block of them: the cube copies each chunk's `K` and `U` into shared memory (`c·(rows +
-//! cols)` floats) and scales `K`'s rows by `f^p`; each unit sums its block's `c` outer
-//! products of four keys and four values and carries its block from chunk to chunk in
-//! registers (each value read from shared memory serves four multiply-adds).
+//! from the last chunk). One cube per tile of a sequence's state values, one unit per
+//! block of 4 × 4 of them (4 rows, 4 columns a quarter of the state apart): the cube
+//! copies each chunk's `K` and `U` into shared memory (`c·(rows + cols)` floats) and
+//! scales `K`'s rows by `f^p`; each unit sums its block's `c` outer products of four keys
+//! and four values and carries its block from chunk to chunk in registers (each value
+//! read from shared memory serves four multiply-adds; a warp's reads of a row of `U` fall
+//! in distinct banks).
 
 use burn::backend::TensorMetadata;
 use burn::backend::fusion::custom::TensorSpec;

@@ -49,7 +49,7 @@ pub(crate) fn pass_kernel(
     let owned = comptime!(rows.div_ceil(TILE) * across);
     let unit = (CUBE_POS % tiles) * CUBE_DIM as usize + UNIT_POS as usize;
     let active = unit < owned;
-    let block = Block::new(unit / across * TILE, unit % across * TILE, rows, cols);
+    let block = Block::new(unit / across * TILE, unit % across, rows, cols);
     let mut ks = Shared::<[f32]>::new_slice(comptime!(c * rows));
     let mut us = Shared::<[f32]>::new_slice(comptime!(c * cols));
     let heads = gates.heads;
@@ -95,9 +95,12 @@ pub(crate) fn pass_kernel(
     }
 }
 
-/// A unit's block of state values: its first row and column, and the rows and columns it
-/// reads (clamped into the state, so a ragged edge reads inside the chunk; the values
-/// past the edge are never written).
+/// A unit's block of state values: rows `i0 + a` and columns `j0 + a · ⌈cols / TILE⌉`
+/// for `a < TILE`, so the units of a warp take consecutive columns (their reads of a row
+/// of `U` from shared memory fall in distinct banks, their writes of a state row are
+/// coalesced) and share rows (their reads of `K` are broadcasts); and the rows and
+/// columns it reads (clamped into the state, so a ragged edge reads inside the chunk; the
+/// values past the edge are never written).
 #[derive(CubeType)]
 struct Block {
     i0: usize,
@@ -114,10 +117,16 @@ impl Block {
         #[unroll]
         for a in 0..TILE {
             i[a] = clamp_below(i0 + a, rows);
-            j[a] = clamp_below(j0 + a, cols);
+            j[a] = clamp_below(block_col(j0, a, cols), cols);
         }
         Block { i0, j0, i, j }
     }
+}
+
+/// Column `a` of the block whose first column is `j0`, in a state of `cols` columns.
+#[cube]
+fn block_col(j0: usize, a: usize, #[comptime] cols: usize) -> usize {
+    j0 + a * comptime!(cols.div_ceil(TILE))
 }
 
 /// `x` if below `n`, else `n − 1`.
@@ -209,7 +218,7 @@ fn read_block(
     for a in 0..TILE {
         #[unroll]
         for e in 0..TILE {
-            let (i, j) = (block.i0 + a, block.j0 + e);
+            let (i, j) = (block.i0 + a, block_col(block.j0, e, cols));
             if i < rows && j < cols {
                 x[a * TILE + e] = state[state_at(state, seq, heads, i, j)];
             }
@@ -231,7 +240,7 @@ fn write_block(
     for a in 0..TILE {
         #[unroll]
         for e in 0..TILE {
-            let (i, j) = (block.i0 + a, block.j0 + e);
+            let (i, j) = (block.i0 + a, block_col(block.j0, e, cols));
             if i < rows && j < cols {
                 out[offset + i * cols + j] = x[a * TILE + e];
             }
