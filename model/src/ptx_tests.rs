@@ -2,9 +2,9 @@
 //! (`scripts/cuda-build.sh --test`): cubecl-cuda turns kernels into PTX with LLVM's NVPTX
 //! target, and the LLVM the build linked (Debian's LLVM 22 standing in for tracel's
 //! bundle) compiles a toolchain probe, a TF32 tensor-core tile product (`cmma`) and every
-//! kernel the node (its output step on TF32 tensor cores too), the fused chunk steps and
-//! the tiled attention launch, at flash-linear-attention's head width (d 128,
-//! chunks of 64) for an H100/H200 (sm_90).
+//! kernel the node (its passes, output step and moment products on TF32 tensor cores
+//! too), the fused chunk steps and the tiled attention launch, at flash-linear-attention's
+//! head width (d 128, chunks of 64) for an H100/H200 (sm_90).
 
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 use crate::backend::gpu::mma::CUDA_TF32;
 use crate::hla::chunks::fused::kernel::{GatesCompilationArg, output_kernel};
 use crate::hla::chunks::fused::pass_kernel::{Walk, pass_kernel};
+use crate::hla::chunks::fused::pass_tiles::pass_tiles_kernel;
 use crate::hla::chunks::fused::tiles::output_tiles_kernel;
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
@@ -381,8 +382,9 @@ fn the_nodes_kernels_compile_to_ptx() {
 }
 
 /// The node's kernels on TF32 tensor cores (four warps a cube): the output step, `X` by
-/// rows and by columns, and the backward's moment products alone and with every sum
-/// (tied, the read by columns and by rows), without and with the gates' gradient.
+/// rows and by columns, the backward's moment products alone and with every sum (tied,
+/// the read by columns and by rows), without and with the gates' gradient, and the passes
+/// over the chunks.
 #[test]
 fn the_nodes_tensor_core_tiles_compile_to_ptx() {
     let target = || Arc::new(TargetProperties::default());
@@ -455,6 +457,36 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
             CUDA_TF32,
         );
         assert_module("grads_tiles_kernel", &ptx(grads, 90), &shared);
+    }
+    // A state's pass over the chunks, forward and back from zeros, 32 rows of the state a
+    // cube (as at d 128).
+    for back in [false, true] {
+        let walk = Walk {
+            decayed: true,
+            back,
+            zero_start: back,
+        };
+        let pass = pass_tiles_kernel::PassTilesKernel::new(
+            settings(128),
+            properties(),
+            target(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            gates(),
+            (),
+            (),
+            C,
+            D,
+            D,
+            32,
+            walk,
+            CUDA_TF32,
+        );
+        assert_module("pass_tiles_kernel", &ptx(pass, 90), &shared);
     }
 }
 

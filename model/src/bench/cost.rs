@@ -227,8 +227,8 @@ fn step(block: &Block, op: Operator, shape: &Shape5, kernel: Option<&KernelFlops
 /// A block that ran one of the node's fused kernels (`crate::hla::chunks::fused`,
 /// `crate::hla::second::fused`, `crate::hla::node::fused`): one cube per chunk of every
 /// sequence (a pass: per tile of every sequence's state), the FLOPs of its products (on
-/// the tensor cores where the output step, hla2's moments or the backward's moment
-/// products run as tiles there), no
+/// the tensor cores where the passes, the output step, hla2's moments or the backward's
+/// moment products run as tiles there), no
 /// global traffic but its inputs and outputs (it reads each once into shared memory).
 fn node_kernel(block: &Block, id: &str) -> Option<Step> {
     let inputs = &block.custom_inputs;
@@ -236,9 +236,15 @@ fn node_kernel(block: &Block, id: &str) -> Option<Step> {
         .or_else(|| crate::hla::second::fused::flops(id, inputs))
         .or_else(|| crate::hla::node::fused::flops(id, inputs))?;
     let outputs = &block.custom_outputs;
-    let cubes =
-        crate::hla::chunks::fused::pass::planned_cubes(id, outputs, UNITS).unwrap_or(inputs[0][0]);
-    let tiles = crate::hla::chunks::fused::planned_tiles(id, inputs, CUDA_SHARED_BYTES)
+    let pass = crate::hla::chunks::fused::pass::planned_grid(
+        id,
+        (inputs, outputs),
+        CUDA_SHARED_BYTES,
+        UNITS,
+    );
+    let cubes = pass.map_or(inputs[0][0], |(cubes, _)| cubes);
+    let tiles = pass.is_some_and(|(_, tensor)| tensor)
+        || crate::hla::chunks::fused::planned_tiles(id, inputs, CUDA_SHARED_BYTES)
         || crate::hla::node::fused::planned_tiles(id, inputs, outputs, CUDA_SHARED_BYTES);
     let engine = match tiles {
         true => Engine::TensorKernel { cubes },

@@ -192,9 +192,9 @@ fn nodes_match_their_composed_forms() {
 /// [`nodes_match_their_composed_forms`]: every order (p = 1, 2, 3, the third order's
 /// transposed read, hla2's moments as the same tiles), with the fixed decay and with
 /// data-dependent gates, widths and chunks of whole fragments (16) over a ragged last
-/// chunk; the backward's moment products run as tiles too (with the data-dependent gates'
-/// gradient), and the register-tile output, moments and moment-gradient kernels never
-/// run.
+/// chunk; the passes over the chunks (forward and back) and the backward's moment
+/// products run as tiles too (with the data-dependent gates' gradient), and the
+/// register-tile output, moments, moment-gradient and pass kernels never run.
 #[test]
 fn nodes_match_their_composed_forms_on_tensor_core_tiles() {
     let _switch = kernels(Kernels::Nodes);
@@ -220,7 +220,17 @@ fn nodes_match_their_composed_forms_on_tensor_core_tiles() {
                 names.iter().any(|n| n.contains("grads_tiles_kernel")),
                 "{order:?} {gates:?}: the backward's tiles: {names:?}"
             );
-            for register_tiles in ["output_kernel", "moments_kernel", "grads_kernel"] {
+            assert!(
+                names.iter().any(|n| n.contains("pass_tiles_kernel")),
+                "{order:?} {gates:?}: the passes' tiles: {names:?}"
+            );
+            let register_tiles = [
+                "output_kernel",
+                "moments_kernel",
+                "grads_kernel",
+                "pass_kernel",
+            ];
+            for register_tiles in register_tiles {
                 assert!(
                     !names.iter().any(|n| n.contains(register_tiles)),
                     "{order:?} {gates:?}: {register_tiles} ran: {names:?}"

@@ -6,6 +6,7 @@
 //! then checked on lavapipe, and only the fragments' own loads, product and store go
 //! unchecked there (their CUDA code compiles offline, `crate::ptx_tests`).
 
+use burn::prelude::Device;
 use burn_cubecl::cubecl;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::ir::features::MmaConfig;
@@ -45,7 +46,21 @@ const PLANES: usize = 4;
 /// them, emulated where asked; `None` elsewhere, where they are off, and where its planes
 /// do not have one size a kernel can compile for.
 pub(crate) fn mma(like: &CubeTensor) -> Option<Mma> {
-    let properties = like.client.properties();
+    device_mma(like.client.properties())
+}
+
+/// The tile products a kernel on `device` plans with: where the cost model plans a GPU
+/// ([`super::PlannedGpu`]) that GPU's ([`planned`]), else the device's own ([`mma`]);
+/// `None` off a CubeCL device.
+pub(crate) fn planned_mma(device: &Device) -> Option<Mma> {
+    match super::planning() {
+        true => planned(),
+        false => super::properties(device).and_then(|p| device_mma(&p)),
+    }
+}
+
+/// [`mma`] on a device with `properties`.
+fn device_mma(properties: &DeviceProperties) -> Option<Mma> {
     let hardware = &properties.hardware;
     let plane = hardware.plane_size_max as usize;
     let [m, n, k] = FRAGMENT;
@@ -90,7 +105,13 @@ pub(crate) fn tiles_within(
 /// bytes a cube): its tiles `fit` the fragments, its cube's `floats` shared floats fit,
 /// and the tensor cores are not turned off.
 pub(crate) fn planned_within(fit: impl FnOnce(&Mma) -> bool, floats: usize, shared: usize) -> bool {
-    tensor_cores() != TensorCores::Off && fit(&CUDA_TF32) && 4 * floats <= shared
+    planned().is_some_and(|mma| fit(&mma)) && 4 * floats <= shared
+}
+
+/// The tile products the cost model plans on an H100 or H200: [`CUDA_TF32`], unless the
+/// tensor cores are turned off.
+pub(crate) fn planned() -> Option<Mma> {
+    (tensor_cores() != TensorCores::Off).then_some(CUDA_TF32)
 }
 
 /// The units of a tile kernel's cube: [`PLANES`] planes, fewer where the device's cubes

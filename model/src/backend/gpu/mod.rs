@@ -247,8 +247,13 @@ pub fn plan_multiprocessors(count: Option<usize>) {
     PLANNED_MULTIPROCESSORS.store(count.unwrap_or(0), Ordering::Relaxed);
 }
 
+/// Whether the kernels plan for a GPU other than the device ([`PlannedGpu`] lives).
+pub(crate) fn planning() -> bool {
+    PLANNED_SHARED_BYTES.load(Ordering::Relaxed) != 0
+}
+
 /// The properties of a CubeCL device; `None` elsewhere.
-fn properties(device: &Device) -> Option<Arc<DeviceProperties>> {
+pub(crate) fn properties(device: &Device) -> Option<Arc<DeviceProperties>> {
     match device.clone().inner().as_dispatch() {
         burn::backend::DispatchDevice::Cube(cube) => Some(cube.client().properties_shared()),
         #[allow(unreachable_patterns)]

@@ -19,6 +19,7 @@
 pub(crate) mod kernel;
 pub(crate) mod pass;
 pub(crate) mod pass_kernel;
+pub(crate) mod pass_tiles;
 pub(crate) mod tiles;
 
 use burn::backend::TensorMetadata;

@@ -29,8 +29,10 @@ use burn_cubecl::kernel::into_contiguous;
 
 pub(crate) use super::pass_kernel::Walk;
 use super::pass_kernel::{TILE, pass_kernel};
+use super::pass_tiles::{pass_tiles_kernel, tile_rows, tiles_fit, tiles_shared};
 use super::{Layout, blocks, layout, sizes};
-use crate::backend::gpu::{cubes, empty, multiprocessors, units};
+use crate::backend::gpu::mma::{Mma, mma, planned, planned_mma, tile_units};
+use crate::backend::gpu::{cubes, empty, max_units, multiprocessors, shared_bytes, units};
 use crate::hla::decay::Decay;
 
 /// What one call computes: the chunks' layout, the decay's power `p`, how it walks and
@@ -95,27 +97,92 @@ impl ChunkPass for CubeBackend {
             empty(&k, [bs * h, chunks, rows * cols]),
             empty(&k, pass.end),
         );
-        let (dim, tiles) = cube_tiles(owned([rows, cols]), units(&k) as usize);
-        let dim = CubeDim::new_1d(dim as u32);
-        pass_kernel::launch(
-            &k.client.clone(),
-            cubes(&k, bs * h * tiles),
-            dim,
-            start.into_tensor_arg(),
-            k.into_tensor_arg(),
-            u.into_tensor_arg(),
-            b.into_tensor_arg(),
-            states.clone().into_tensor_arg(),
-            end.clone().into_tensor_arg(),
-            pass.layout.gate_arg(),
-            pass.power as f32,
-            tiles,
-            c,
-            rows,
-            cols,
-            pass.walk,
-        );
+        let shared = k.client.properties().hardware.max_shared_memory_size;
+        let units = units(&k) as usize;
+        let grid = Grid::plan(mma(&k), shared, units, c, [rows, cols]);
+        let parts = grid.cubes([rows, cols]);
+        let (client, count) = (k.client.clone(), cubes(&k, bs * h * parts));
+        let [start, k, u, b] = [start, k, u, b].map(|t| t.into_tensor_arg());
+        let [states_arg, end_arg] = [&states, &end].map(|t| t.clone().into_tensor_arg());
+        let (gates, power) = (pass.layout.gate_arg(), pass.power as f32);
+        match grid {
+            Grid::Tiles { mma, part } => pass_tiles_kernel::launch(
+                &client,
+                count,
+                CubeDim::new_1d(tile_units(&mma, units) as u32),
+                start,
+                k,
+                u,
+                b,
+                states_arg,
+                end_arg,
+                gates,
+                power,
+                parts,
+                c,
+                rows,
+                cols,
+                part,
+                pass.walk,
+                mma,
+            ),
+            Grid::Blocks { dim } => pass_kernel::launch(
+                &client,
+                count,
+                CubeDim::new_1d(dim as u32),
+                start,
+                k,
+                u,
+                b,
+                states_arg,
+                end_arg,
+                gates,
+                power,
+                parts,
+                c,
+                rows,
+                cols,
+                pass.walk,
+            ),
+        }
         (states, end)
+    }
+}
+
+/// How a pass's cubes cover each sequence's `[rows, cols]` state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Grid {
+    /// On the tensor cores ([`super::pass_tiles`]): `part` rows of it a cube, in `mma`'s
+    /// tiles.
+    Tiles { mma: Mma, part: usize },
+    /// In registers ([`pass_kernel`]): a unit per `TILE × TILE` block, `dim` units a cube.
+    Blocks { dim: usize },
+}
+
+impl Grid {
+    /// The grid of a pass over chunks of `c` tokens: on `mma`'s tiles where the chunk and
+    /// state tile into its fragments and a cube's tiles fit in `shared` bytes, else in
+    /// register blocks, cubes of at most `units`.
+    fn plan(mma: Option<Mma>, shared: usize, units: usize, c: usize, state: [usize; 2]) -> Self {
+        let [rows, cols] = state;
+        let tiles = mma
+            .filter(|mma| tiles_fit(mma, c, rows, cols))
+            .map(|mma| (mma, tile_rows(&mma, rows, cols)))
+            .filter(|&(_, part)| 4 * tiles_shared(c, part, cols) <= shared);
+        match tiles {
+            Some((mma, part)) => Grid::Tiles { mma, part },
+            None => Grid::Blocks {
+                dim: cube_tiles(owned(state), units).0,
+            },
+        }
+    }
+
+    /// The cubes of one sequence's state.
+    fn cubes(&self, [rows, cols]: [usize; 2]) -> usize {
+        match *self {
+            Grid::Tiles { part, .. } => rows.div_ceil(part),
+            Grid::Blocks { dim } => owned([rows, cols]).div_ceil(dim),
+        }
     }
 }
 
@@ -152,9 +219,10 @@ fn walk(
     let [bs, h, n, _, rows] = k.dims();
     let cols = u.dims()[4];
     let device = k.device();
+    let c = k.dims()[3];
     let applies = start.is_none_or(crate::backend::takes_gpu_step)
         && crate::backend::gpu::fits(&device, [bs * h * n * rows * cols])
-        && fills(&device, bs * h, [rows, cols]);
+        && fills(&device, bs * h, c, [rows, cols]);
     let gates = layout(&[k, u], decay).filter(|_| applies)?;
     Some(gpu_pass(start, [k, u], gates, (power, back)))
 }
@@ -199,16 +267,19 @@ fn gpu_pass(
     )
 }
 
-/// Whether the pass of `seqs` sequences' `[rows, cols]` states has a cube for every
-/// multiprocessor of `device` ([`multiprocessors`]; a CPU device has none to fill). Its
-/// cubes walk the chunks one after another, each chunk's product on one multiprocessor:
-/// with fewer, most of a GPU idles through the pass, and the composed update (one matmul
-/// over every chunk at once) and scan (a unit per state value) run instead, at the cost
-/// of the updates' tensor written and read back and one more launch.
-fn fills(device: &Device, seqs: usize, state: [usize; 2]) -> bool {
-    let units = crate::backend::gpu::max_units(device).unwrap_or(1);
-    let cubes = seqs * cube_tiles(owned(state), units).1;
-    multiprocessors(device).is_none_or(|count| cubes >= count)
+/// Whether the pass of `seqs` sequences' `[rows, cols]` states over chunks of `c` has a
+/// cube for every multiprocessor of `device` ([`multiprocessors`]; a CPU device has none
+/// to fill), its grid planned as the device's launch plans it (a GPU the cost model plans
+/// for: as that GPU's, [`planned_mma`]). Its cubes walk the chunks one after another,
+/// each chunk's product on one multiprocessor: with fewer, most of a GPU idles through
+/// the pass, and the composed update (one matmul over every chunk at once) and scan (a
+/// unit per state value) run instead, at the cost of the updates' tensor written and read
+/// back and one more launch.
+fn fills(device: &Device, seqs: usize, c: usize, state: [usize; 2]) -> bool {
+    let units = max_units(device).unwrap_or(1);
+    let shared = shared_bytes(device).unwrap_or(0);
+    let grid = Grid::plan(planned_mma(device), shared, units, c, state);
+    multiprocessors(device).is_none_or(|count| seqs * grid.cubes(state) >= count)
 }
 
 /// The `TILE × TILE` blocks of a `[rows, cols]` state.
@@ -224,15 +295,24 @@ fn cube_tiles(owned: usize, units: usize) -> (usize, usize) {
     (dim, owned.div_ceil(dim))
 }
 
-/// Cubes of the kernel if fusion's custom op `id` is its, from its outputs' shapes (the
-/// states, `end [b, h, rows, cols]`, ...), with cubes of at most `units`: one per tile of
-/// each sequence's state values.
-pub(crate) fn planned_cubes(id: &str, outputs: &[Vec<usize>], units: usize) -> Option<usize> {
+/// The cubes of the kernel and whether its products run on the tensor cores, if fusion's
+/// custom op `id` is its, as an H100 or H200 plans it ([`planned`] tile products, `shared`
+/// bytes and at most `units` units a cube), from its inputs' shapes (`start`, `k [blocks,
+/// c, rows]`, ...) and its outputs' (the states, `end [b, h, rows, cols]`).
+pub(crate) fn planned_grid(
+    id: &str,
+    (inputs, outputs): (&[Vec<usize>], &[Vec<usize>]),
+    shared: usize,
+    units: usize,
+) -> Option<(usize, bool)> {
     if !id.contains("chunk_pass") {
         return None;
     }
     let [b, h, rows, cols] = <[usize; 4]>::try_from(outputs.get(1)?.as_slice()).ok()?;
-    Some(b * h * cube_tiles(owned([rows, cols]), units).1)
+    let c = *inputs.get(1)?.get(1)?;
+    let grid = Grid::plan(planned(), shared, units, c, [rows, cols]);
+    let tensor = matches!(grid, Grid::Tiles { .. });
+    Some((b * h * grid.cubes([rows, cols]), tensor))
 }
 
 /// FLOPs of the kernel if fusion's custom op `id` is its, from its inputs' shapes (`start`,
@@ -256,30 +336,76 @@ mod tests {
     use crate::agreement::relative_rms_error;
     use crate::hla::chunks::Chunks;
 
-    /// The cost model's cubes of a pass are its launch's: a cube of whole warps per
-    /// sequence for a small state, cubes of at most `units` for a large one.
+    /// The cost model's grid of a pass is its launch's: on an H100's tensor cores whole
+    /// fragment rows of the state a cube (a 128 × 128 state in four cubes, as in
+    /// registers; the last cube of an 80-row state holds 16 rows) where the chunk and
+    /// state tile into fragments and the shared memory holds a cube's tiles; else a cube
+    /// of whole warps per sequence for a small state, cubes of at most `units` for a large
+    /// one.
     #[test]
     fn a_pass_plans_a_cube_per_tile_of_a_sequences_state() {
-        let out = |rows: usize, cols: usize| vec![vec![8, 3, rows * cols], vec![2, 4, rows, cols]];
+        use crate::backend::gpu::mma::CUDA_TF32;
+        let h100 = 227 * 1024;
+        let tiles = |c: usize, state| Grid::plan(Some(CUDA_TF32), h100, 256, c, state);
+        let part = |part| Grid::Tiles {
+            mma: CUDA_TF32,
+            part,
+        };
+        assert_eq!(tiles(64, [128, 128]), part(32));
+        assert_eq!(part(32).cubes([128, 128]), 4);
+        assert_eq!(
+            Grid::plan(None, h100, 256, 64, [128, 128]).cubes([128, 128]),
+            4
+        );
+        assert_eq!(tiles(64, [64, 64]), part(64));
+        assert_eq!(tiles(64, [80, 128]).cubes([80, 128]), 3);
+        let registers = Grid::Blocks { dim: 256 };
+        assert_eq!(tiles(64, [72, 64]), registers);
+        assert_eq!(tiles(12, [64, 64]), registers);
+        let lavapipe = 32 * 1024;
+        assert_eq!(
+            Grid::plan(Some(CUDA_TF32), lavapipe, 256, 64, [128, 128]),
+            registers
+        );
         assert_eq!(cube_tiles(4, 256), (32, 1));
         assert_eq!(cube_tiles(1024, 256), (256, 4));
-        assert_eq!(planned_cubes("chunk_pass", &out(8, 8), 256), Some(8));
-        assert_eq!(
-            planned_cubes("chunk_pass", &out(128, 129), 256),
-            Some(8 * 5)
-        );
-        assert_eq!(planned_cubes("chunk_output", &out(8, 8), 256), None);
+        let inputs = |rows, cols| vec![vec![1], vec![24, 8, rows], vec![24, 8, cols], vec![1]];
+        let outputs = |rows, cols| vec![vec![8, 3, rows * cols], vec![2, 4, rows, cols]];
+        let planned = |id, [rows, cols]: [usize; 2]| {
+            let shapes = (&inputs(rows, cols)[..], &outputs(rows, cols)[..]);
+            planned_grid(id, shapes, h100, 256).map(|(cubes, _)| cubes)
+        };
+        assert_eq!(planned("chunk_pass", [8, 8]), Some(8));
+        assert_eq!(planned("chunk_pass", [128, 129]), Some(8 * 5));
+        assert_eq!(planned("chunk_output", [8, 8]), None);
+    }
+
+    /// The register-block kernel against the composed update and scan
+    /// ([`pass_against_composed`]) over a ragged 70 × 69 state, several cubes a sequence.
+    #[test]
+    fn the_pass_is_the_update_and_the_scan() {
+        pass_against_composed(8, [70, 69]);
+    }
+
+    /// The tile kernel (emulated: lavapipe has no tensor cores) as
+    /// [`the_pass_is_the_update_and_the_scan`]: chunks of two fragment lengths, an 80 × 128
+    /// state in cubes of 32 rows, the last cube holding 16.
+    #[test]
+    fn the_tile_pass_is_the_update_and_the_scan() {
+        use crate::backend::{TensorCores, set_tensor_cores};
+        set_tensor_cores(TensorCores::Emulated);
+        pass_against_composed(16, [80, 128]);
+        set_tensor_cores(TensorCores::default());
     }
 
     /// The kernel against the composed update and scan (forward: `Kᵀ diag(e^p) U` added
     /// after the decay; back: `Kᵀ diag(a^p) U` from the last chunk), over a ragged last
-    /// chunk and several tiles of state values per sequence: without decay, with gates per
+    /// chunk, chunks of `c` and `[rows, cols]` states: without decay, with gates per
     /// sequence and head and with a per-head decay (p = 2), from a start state given as a
     /// transposed view and from zeros.
-    #[test]
-    fn the_pass_is_the_update_and_the_scan() {
+    fn pass_against_composed(c: usize, [rows, cols]: [usize; 2]) {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let (bs, h, time, c, rows, cols) = (2, 3, 37, 8, 70, 69);
+        let (bs, h, time) = (2, 3, 37);
         let chunks = Chunks::new(time, c);
         let normal = Distribution::Normal(0.0, 1.0);
         let uniform = Distribution::Uniform(-0.3, 0.0);
