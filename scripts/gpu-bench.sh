@@ -5,7 +5,8 @@
 # against their composed forms, wgpu) and `hla verify` (every operator's forms agree on the
 # device, as the device runs them by default (the nodes, the attention's kernels, on cuda
 # their tensor-core tiles, checked against Burn's attention op) and as the node with its
-# gradients: verify-node.txt). Then the times, the GPU kernels against
+# gradients: verify-node.txt; where cuda's disagree or stop, again with the tensor cores
+# off, and where they agree so its times are taken so). Then the times, the GPU kernels against
 # the nodes and the composed forms in the same rounds, most wanted first: on the first
 # device (cuda) the operators at flash-linear-attention's published chunk_gla shape (B4
 # T2048 H16 d128, chunk 64) with plain matmuls and nanoGPT's training step and one
@@ -132,21 +133,39 @@ for device in $devices; do
         --heads 256 >"$out/verify-node.txt" 2>&1 &
 done
 wait
+agrees() { tail -n 1 "$1" 2>/dev/null | grep -q "^all forms agree"; }
 present=()
+# Devices whose forms disagreed, or stopped, with the tensor cores (cuda) and agree without
+# them: their times are taken without them too (`--tensor-cores off`, the register tiles),
+# so a fault in the tensor-core tiles, whose cuda code has run nowhere else, still leaves
+# the node's and the attention's kernels measured.
+no_cores=()
 for device in $devices; do
     out="experiments/bench/gpu-$device"
     cat "$out/tests.txt" "$out/verify.txt" "$out/verify-node.txt" 2>/dev/null || true
-    tail -n 1 "$out/verify-node.txt" 2>/dev/null | grep -q "^all forms agree" ||
-        echo "gpu-bench: $device: the node's forms or gradients disagree, or it stopped (see $out/verify-node.txt)" >&2
-    if tail -n 1 "$out/verify.txt" | grep -q "^all forms agree"; then
-        present+=("$device")
-    else
-        echo "gpu-bench: $device: no device, or its forms disagree (see $out/verify.txt)" >&2
-        # It ran (and disagreed, or ran out of time): measure anyway; it did not run: no
-        # such device here.
-        grep -q "^operator" "$out/verify.txt" && present+=("$device")
+    if ! grep -q "^operator" "$out/verify.txt" 2>/dev/null; then
+        echo "gpu-bench: $device: no such device here (see $out/verify.txt)" >&2
+        continue
+    fi
+    # It ran: measure it, even where its forms disagree or it stopped.
+    present+=("$device")
+    agrees "$out/verify.txt" && agrees "$out/verify-node.txt" && continue
+    echo "gpu-bench: $device: the forms disagree, or it stopped (see $out/verify.txt, $out/verify-node.txt)" >&2
+    [ "$device" = cuda ] || continue
+    timeout "$(limit 200)" "$hla" verify --device "$device" --tensor-cores off \
+        >"$out/verify-no-tensor-cores.txt" 2>&1 &
+    timeout "$(limit 200)" "$hla" verify --device "$device" --form node --gradients \
+        --heads 256 --tensor-cores off >"$out/verify-node-no-tensor-cores.txt" 2>&1 &
+    wait
+    cat "$out/verify-no-tensor-cores.txt" "$out/verify-node-no-tensor-cores.txt"
+    if agrees "$out/verify-no-tensor-cores.txt" && agrees "$out/verify-node-no-tensor-cores.txt"; then
+        no_cores+=("$device")
+        echo "gpu-bench: $device: the forms agree with the tensor cores off: timing it so" >&2
     fi
 done
+# `--tensor-cores off` where the device's forms agree only without them (expanded
+# unquoted: two words or none).
+cores() { [[ " ${no_cores[*]} " == *" $1 "* ]] && echo "--tensor-cores off" || true; }
 
 # Then the times, each kernel against its node and its composed form in the same rounds,
 # in the order they matter (a GPU machine's command may end before the last): on the first
@@ -160,25 +179,25 @@ done
 # runs out of time leaves the others.
 operators() {
     timeout "$(limit 100)" "$hla" bench --device "$1" --quick --only operators,matmul \
-        --composed --operator-shape 4,16,128 --time 2048 \
+        --composed --operator-shape 4,16,128 --time 2048 $(cores "$1") \
         --operator hla2-chunked,linear-chunked,softmax --out "experiments/bench/gpu-$1/b4-h16-d128" ||
         echo "gpu-bench: $1 operators stopped (exit $?)" >&2
 }
 training() {
     timeout "$(limit 90)" "$hla" bench --device "$1" --quick --only train --composed \
-        --workload nanogpt,long --out "experiments/bench/gpu-$1/train" ||
+        --workload nanogpt,long $(cores "$1") --out "experiments/bench/gpu-$1/train" ||
         echo "gpu-bench: $1 training steps stopped (exit $?)" >&2
 }
 third_order() {
     timeout "$(limit 45)" "$hla" bench --device "$1" --quick --only operators --composed \
-        --operator-shape 4,16,128 --time 2048 --operator hla3-chunked \
+        --operator-shape 4,16,128 --time 2048 --operator hla3-chunked $(cores "$1") \
         --out "experiments/bench/gpu-$1/b4-h16-d128-hla3" ||
         echo "gpu-bench: $1 third order stopped (exit $?)" >&2
 }
 # hla2's node with its output step on the register tiles, against the tensor cores of the
 # operators above (cuda alone has them).
 no_tensor_cores() {
-    [ "$1" = cuda ] || return 0
+    [ "$1" = cuda ] && [ -z "$(cores "$1")" ] || return 0
     timeout "$(limit 30)" "$hla" bench --device "$1" --quick --only operators --form node \
         --operator-shape 4,16,128 --time 2048 --operator hla2-chunked --tensor-cores off \
         --out "experiments/bench/gpu-$1/b4-h16-d128-no-tensor-cores" ||

@@ -388,7 +388,7 @@ fn bench_takes_the_operators_and_lengths() {
 
 /// `hla bench --gates data` times the operators on data-dependent gates with their
 /// gradient, and `--tensor-cores off` with the register tiles (each reported, and named in
-/// the tables' header); an unknown kind or switch gets one message.
+/// the tables' header); an unknown kind or switch (bench's, verify's) gets one message.
 #[test]
 fn bench_takes_data_dependent_gates_and_the_tensor_cores_switch() {
     let args = [
@@ -419,6 +419,7 @@ fn bench_takes_data_dependent_gates_and_the_tensor_cores_switch() {
     for (args, message) in [
         (["bench", "--gates", "learned"], "not one of fixed, data"),
         (["bench", "--tensor-cores", "yes"], "expected `on` or `off`"),
+        (["verify", "--tensor-cores", "no"], "expected `on` or `off`"),
     ] {
         let output = hla(dir.path(), &args);
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -89,8 +89,9 @@ pub fn kernels() -> Kernels {
     }
 }
 
-/// Where the GPU kernels' tile products run (those written for them: the node's chunk
-/// products, its output step, hla2's moments and the backward's moment products).
+/// Where the GPU kernels' tile products run (those written for them: the node's passes
+/// over the chunks, its output step, hla2's moments and the backward's moment products;
+/// the attention's tiles).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TensorCores {
     /// On the tensor cores where the device has them (TF32 `cmma`: CUDA from sm_80 on),

@@ -1,7 +1,8 @@
 //! Which form an operator, or a training step's ops, runs in: chosen on the command line of
-//! the commands that measure or check the forms (`hla bench --form`, `hla verify --form`).
+//! the commands that measure or check the forms (`hla bench --form`, `hla verify --form`),
+//! and where their tile products run (`--tensor-cores`).
 
-use hla_model::backend::Kernels;
+use hla_model::backend::{Kernels, TensorCores};
 
 use crate::run::config::Form;
 
@@ -50,5 +51,40 @@ impl From<Route> for Form {
             Route::Node => Self::Node,
             Route::Composed => Self::Composed,
         }
+    }
+}
+
+/// `--tensor-cores on|off` of the commands that measure or check the forms.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub(crate) struct TensorCoresArg {
+    /// GPU devices: the tile products of the kernels written for the tensor cores (the
+    /// node's passes over the chunks, output step, hla2's moments and the backward's
+    /// moment products; the attention's tiles), `on` where the device has them (TF32 on
+    /// CUDA) or `off` (their register-tile kernels everywhere: to measure what the tensor
+    /// cores gain, or to run without them).
+    #[arg(
+        long = "tensor-cores",
+        default_value = "on",
+        value_parser = parse_on_off,
+        action = clap::ArgAction::Set
+    )]
+    pub(crate) on: bool,
+}
+
+impl TensorCoresArg {
+    /// Sets where the GPU kernels' tile products run, process-wide.
+    pub(crate) fn apply(self) {
+        hla_model::backend::set_tensor_cores(match self.on {
+            true => TensorCores::Device,
+            false => TensorCores::Off,
+        });
+    }
+}
+
+fn parse_on_off(name: &str) -> Result<bool, String> {
+    match name {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{name}`: expected `on` or `off`")),
     }
 }

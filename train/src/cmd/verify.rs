@@ -16,7 +16,7 @@ use hla_model::hla::{
     multi_scale_decay,
 };
 
-use crate::cmd::forms::Route;
+use crate::cmd::forms::{Route, TensorCoresArg};
 use crate::run::devices;
 
 /// Largest relative RMS error allowed in f32.
@@ -55,6 +55,8 @@ pub struct Args {
     /// data-dependent gates; the reference's backward pass is slow on lavapipe).
     #[arg(long)]
     gradients: bool,
+    #[command(flatten)]
+    tensor_cores: TensorCoresArg,
 }
 
 /// One operator configuration to check: its gates (none, or [`Gating`]'s).
@@ -79,6 +81,7 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(form) = args.form {
         set_kernels(form.kernels());
     }
+    args.tensor_cores.apply();
     device.seed(args.seed);
     let inputs = Inputs::new(args, &device)?;
     let chunked = Form::Chunked(args.chunk as usize);

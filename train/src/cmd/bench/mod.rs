@@ -16,9 +16,9 @@ mod sweep;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::cmd::forms::TensorCoresArg;
 use anyhow::{Context, Result};
 use burn::prelude::*;
-use hla_model::backend::TensorCores;
 use hla_model::bench::{Gating, Operator, Shape5};
 use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
@@ -122,20 +122,8 @@ pub struct Args {
     /// at full size on the CPU first.
     #[arg(long, value_enum, value_delimiter = ',')]
     cost_form: Vec<CostForm>,
-    /// GPU devices: the tile products of the kernels written for the tensor cores (the
-    /// node's chunk products: the output step, hla2's moments and the backward's moment
-    /// products), `on` where the device has them (TF32 on CUDA) or `off` (their
-    /// register-tile kernels everywhere, to measure what the tensor cores gain).
-    #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
-    tensor_cores: bool,
-}
-
-fn parse_on_off(name: &str) -> Result<bool, String> {
-    match name {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("`{name}`: expected `on` or `off`")),
-    }
+    #[command(flatten)]
+    tensor_cores: TensorCoresArg,
 }
 
 fn parse_mixer(name: &str) -> Result<MixerKind, String> {
@@ -302,10 +290,7 @@ fn read_report(path: &std::path::Path) -> Result<Report> {
 fn measure(args: &Args) -> Result<Report> {
     let device = devices::parse(&args.device)?;
     device.seed(args.seed);
-    hla_model::backend::set_tensor_cores(match args.tensor_cores {
-        true => TensorCores::Device,
-        false => TensorCores::Off,
-    });
+    args.tensor_cores.apply();
     let host_memory = args.device != "wgpu";
     let bench = Bench {
         device: device.clone(),
@@ -382,7 +367,7 @@ fn measure(args: &Args) -> Result<Report> {
         d: bench.problem.d,
         dv: bench.problem.d,
         gates: bench.gates.name().into(),
-        tensor_cores: args.tensor_cores,
+        tensor_cores: args.tensor_cores.on,
         train,
         operators,
         decode,
