@@ -2,19 +2,21 @@
 # The prepared GPU measurement, for a machine with a GPU, in one command of about 10
 # minutes (a GPU machine may be at hand for minutes only; each step has its time limit).
 # First the values, every device at once: the GPU tests on the real device (the kernels
-# against their composed forms, wgpu) and `hla verify` (every operator's forms agree on the
-# device, as the device runs them by default (the nodes, the attention's kernels, on cuda
-# their tensor-core tiles, checked against Burn's attention op) and as the node with its
-# gradients: verify-node.txt; where cuda's disagree or stop, again with the tensor cores
-# off, and where they agree so its times are taken so). Then the times, the GPU kernels against
-# the nodes and the composed forms in the same rounds, most wanted first: on the first
-# device (cuda) the operators at flash-linear-attention's published chunk_gla shape (B4
-# T2048 H16 d128, chunk 64) with plain matmuls and nanoGPT's training step and one
-# sequence of 2048 (`train`), then the other device's operators, PyTorch's references where
-# PyTorch sees the GPU, third order, hla2's node with its output step off the tensor cores
-# (cuda), the other device's training steps and the cost model. Into experiments/bench/gpu-<device>/ (tests.txt, verify.txt,
-# verify-node.txt, b4-h16-d128/, b4-h16-d128-no-tensor-cores/ and train/ with bench.json
-# and bench.md) and experiments/bench/gpu-machine.txt. First run on an NVIDIA
+# against their composed forms, wgpu) and `hla verify` (every operator's forms agree on
+# the device, as the device runs them by default (the nodes, the attention's kernels, on
+# cuda their tensor-core tiles, checked against Burn's attention op) and as the node with
+# its gradients: verify-node.txt; where cuda's disagree or fail, not only run out of time,
+# again with the tensor cores off, and where they agree so its times are taken so). Then
+# the times, the GPU kernels against the nodes and the composed forms in the same rounds,
+# most wanted first: on the first device (cuda) the operators at flash-linear-attention's
+# published chunk_gla shape (B4 T2048 H16 d128, chunk 64) with plain matmuls and
+# nanoGPT's training step and one sequence of 2048 (`train`), then the other device's
+# operators, PyTorch's references where PyTorch sees the GPU, third order, hla2's node
+# with its tile products off the tensor cores (cuda), the other device's training steps
+# and the cost model. Into experiments/bench/gpu-<device>/ (tests.txt, verify.txt and
+# verify-node.txt with their exit status in .rc, b4-h16-d128/,
+# b4-h16-d128-no-tensor-cores/ and train/ with bench.json and bench.md) and
+# experiments/bench/gpu-machine.txt. First run on an NVIDIA
 # H200 on 2026-12-04 (experiments/bench/README.md).
 #
 #   scripts/gpu-bench.sh --build     on the CPU machine, beforehand: a stripped `hla` with
@@ -117,6 +119,14 @@ fi
 # against their composed forms, on wgpu's default device, the GPU), then `hla verify`
 # (every operator's forms agree on the device; the node's, with its gradients, too). A device the binary lacks, or one this
 # machine cannot open, is left out of the timings.
+# `hla verify --device $1` with the further arguments, into $2.txt, its exit status into
+# $2.rc (124: it ran out of time).
+check() {
+    local device=$1 name=$2 rc=0
+    shift 2
+    timeout "$(limit 200)" "$hla" verify --device "$device" "$@" >"$name.txt" 2>&1 || rc=$?
+    echo "$rc" >"$name.rc"
+}
 for device in $devices; do
     out="experiments/bench/gpu-$device"
     mkdir -p "$out"
@@ -124,21 +134,28 @@ for device in $devices; do
         { timeout "$(limit 200)" .gpu/tests/model-wgpu --test-threads 1 >"$out/tests.txt" 2>&1 ||
             echo "gpu-bench: the GPU tests failed or stopped (see $out/tests.txt)" >&2; } &
     fi
-    timeout "$(limit 200)" "$hla" verify --device "$device" >"$out/verify.txt" 2>&1 &
+    check "$device" "$out/verify" &
     # The node (its fused kernels on this device) forward and backward against the
     # reference: the cuda code of its kernels has run nowhere else. With 256 heads its
     # passes over the chunks fill the GPU and run whole; verify.txt's 4 heads split them
     # (an update matmul and a scan each).
-    timeout "$(limit 200)" "$hla" verify --device "$device" --form node --gradients \
-        --heads 256 >"$out/verify-node.txt" 2>&1 &
+    check "$device" "$out/verify-node" --form node --gradients --heads 256 &
 done
 wait
-agrees() { tail -n 1 "$1" 2>/dev/null | grep -q "^all forms agree"; }
+agrees() { tail -n 1 "$1.txt" 2>/dev/null | grep -q "^all forms agree"; }
+# Whether a check failed other than by running out of time: its forms disagree, or it
+# stopped (a panic, a fault).
+faulted() {
+    local rc
+    rc=$(cat "$1.rc" 2>/dev/null || echo 0)
+    [ "$rc" != 0 ] && [ "$rc" != 124 ]
+}
 present=()
-# Devices whose forms disagreed, or stopped, with the tensor cores (cuda) and agree without
-# them: their times are taken without them too (`--tensor-cores off`, the register tiles),
-# so a fault in the tensor-core tiles, whose cuda code has run nowhere else, still leaves
-# the node's and the attention's kernels measured.
+# Devices whose forms disagreed, or which stopped, with the tensor cores (cuda) and agree
+# without them: their times are taken without them too (`--tensor-cores off`, the register
+# tiles), so a fault in the tensor-core tiles, whose cuda code has run nowhere else, still
+# leaves the node's and the attention's kernels measured. A check that only ran out of
+# time (cuda compiles every kernel through LLVM) changes nothing.
 no_cores=()
 for device in $devices; do
     out="experiments/bench/gpu-$device"
@@ -149,16 +166,16 @@ for device in $devices; do
     fi
     # It ran: measure it, even where its forms disagree or it stopped.
     present+=("$device")
-    agrees "$out/verify.txt" && agrees "$out/verify-node.txt" && continue
+    agrees "$out/verify" && agrees "$out/verify-node" && continue
     echo "gpu-bench: $device: the forms disagree, or it stopped (see $out/verify.txt, $out/verify-node.txt)" >&2
     [ "$device" = cuda ] || continue
-    timeout "$(limit 200)" "$hla" verify --device "$device" --tensor-cores off \
-        >"$out/verify-no-tensor-cores.txt" 2>&1 &
-    timeout "$(limit 200)" "$hla" verify --device "$device" --form node --gradients \
-        --heads 256 --tensor-cores off >"$out/verify-node-no-tensor-cores.txt" 2>&1 &
+    faulted "$out/verify" || faulted "$out/verify-node" || continue
+    check "$device" "$out/verify-no-tensor-cores" --tensor-cores off &
+    check "$device" "$out/verify-node-no-tensor-cores" --form node --gradients --heads 256 \
+        --tensor-cores off &
     wait
     cat "$out/verify-no-tensor-cores.txt" "$out/verify-node-no-tensor-cores.txt"
-    if agrees "$out/verify-no-tensor-cores.txt" && agrees "$out/verify-node-no-tensor-cores.txt"; then
+    if agrees "$out/verify-no-tensor-cores" && agrees "$out/verify-node-no-tensor-cores"; then
         no_cores+=("$device")
         echo "gpu-bench: $device: the forms agree with the tensor cores off: timing it so" >&2
     fi
