@@ -482,8 +482,8 @@ fn the_nodes_tensor_core_tiles_compile_to_ptx() {
             C,
             D,
             D,
-            32,
             walk,
+            32,
             CUDA_TF32,
         );
         assert_module("pass_tiles_kernel", &ptx(pass, 90), &shared);

@@ -101,49 +101,35 @@ impl ChunkPass for CubeBackend {
         let units = units(&k) as usize;
         let grid = Grid::plan(mma(&k), shared, units, c, [rows, cols]);
         let parts = grid.cubes([rows, cols]);
-        let (client, count) = (k.client.clone(), cubes(&k, bs * h * parts));
-        let [start, k, u, b] = [start, k, u, b].map(|t| t.into_tensor_arg());
-        let [states_arg, end_arg] = [&states, &end].map(|t| t.clone().into_tensor_arg());
-        let (gates, power) = (pass.layout.gate_arg(), pass.power as f32);
+        // Both kernels take the same arguments but their cube's units and the tiles'.
+        macro_rules! launch {
+            ($kernel:ident, $units:expr $(, $tiles:expr)*) => {
+                $kernel::launch(
+                    &k.client.clone(),
+                    cubes(&k, bs * h * parts),
+                    CubeDim::new_1d($units as u32),
+                    start.into_tensor_arg(),
+                    k.into_tensor_arg(),
+                    u.into_tensor_arg(),
+                    b.into_tensor_arg(),
+                    states.clone().into_tensor_arg(),
+                    end.clone().into_tensor_arg(),
+                    pass.layout.gate_arg(),
+                    pass.power as f32,
+                    parts,
+                    c,
+                    rows,
+                    cols,
+                    pass.walk,
+                    $($tiles),*
+                )
+            };
+        }
         match grid {
-            Grid::Tiles { mma, part } => pass_tiles_kernel::launch(
-                &client,
-                count,
-                CubeDim::new_1d(tile_units(&mma, units) as u32),
-                start,
-                k,
-                u,
-                b,
-                states_arg,
-                end_arg,
-                gates,
-                power,
-                parts,
-                c,
-                rows,
-                cols,
-                part,
-                pass.walk,
-                mma,
-            ),
-            Grid::Blocks { dim } => pass_kernel::launch(
-                &client,
-                count,
-                CubeDim::new_1d(dim as u32),
-                start,
-                k,
-                u,
-                b,
-                states_arg,
-                end_arg,
-                gates,
-                power,
-                parts,
-                c,
-                rows,
-                cols,
-                pass.walk,
-            ),
+            Grid::Tiles { mma, part } => {
+                launch!(pass_tiles_kernel, tile_units(&mma, units), part, mma)
+            }
+            Grid::Blocks { dim } => launch!(pass_kernel, dim),
         }
         (states, end)
     }

@@ -56,8 +56,8 @@ pub(crate) fn pass_tiles_kernel(
     #[comptime] c: usize,
     #[comptime] rows: usize,
     #[comptime] cols: usize,
-    #[comptime] part: usize,
     #[comptime] walk: Walk,
+    #[comptime] part: usize,
     #[comptime] mma: Mma,
 ) {
     let seq = CUBE_POS / parts;
