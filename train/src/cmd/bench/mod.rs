@@ -16,7 +16,6 @@ mod sweep;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::cmd::forms::TensorCoresArg;
 use anyhow::{Context, Result};
 use burn::prelude::*;
 use hla_model::bench::{Gating, Operator, Shape5};
@@ -24,6 +23,7 @@ use hla_model::lm::MixerKind;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc;
+use crate::cmd::forms::TensorCoresArg;
 use crate::run::devices;
 use crate::run::run_dir::write_atomic;
 use crate::run::usage::UsageError;

@@ -202,10 +202,9 @@ fn walk(
     (decay, power): (&Decay<5>, u32),
     back: bool,
 ) -> Option<(Tensor<5>, Tensor<4>)> {
-    let [bs, h, n, _, rows] = k.dims();
+    let [bs, h, n, c, rows] = k.dims();
     let cols = u.dims()[4];
     let device = k.device();
-    let c = k.dims()[3];
     let applies = start.is_none_or(crate::backend::takes_gpu_step)
         && crate::backend::gpu::fits(&device, [bs * h * n * rows * cols])
         && fills(&device, bs * h, c, [rows, cols]);

@@ -189,17 +189,25 @@ fn scale_rows(
 ) {
     let mut tau = UNIT_POS as usize;
     while tau < c {
-        let b_tau = b[at + tau];
-        let mut f = (power * (b_last - b_tau)).exp();
-        if back {
-            f = (power * b_tau).exp();
-        }
+        let f = key_factor(b[at + tau], b_last, power, back);
         for r in 0..rows {
             ks[tau * rows + r] *= f;
         }
         tau += CUBE_DIM as usize;
     }
     sync_cube();
+}
+
+/// `f^p_τ` of a token whose cumulative log gate is `b_tau` in a chunk whose last is
+/// `b_last`: `a^p_τ = exp(p b_τ)` (the decay from the chunk's start) when `back`, else
+/// `e^p_τ = exp(p (b_last − b_τ))` (to its end).
+#[cube]
+pub(crate) fn key_factor(b_tau: f32, b_last: f32, power: f32, #[comptime] back: bool) -> f32 {
+    let mut log = b_last - b_tau;
+    if back {
+        log = b_tau;
+    }
+    (power * log).exp()
 }
 
 /// The block's values of sequence-and-head `seq`'s state in `state [b, h, rows, cols]`

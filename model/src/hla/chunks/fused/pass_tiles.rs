@@ -10,8 +10,8 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::kernel::Gates;
-use super::pass_kernel::Walk;
+use super::kernel::{Gates, copy_in};
+use super::pass_kernel::{Walk, key_factor};
 use crate::backend::gpu::mma::{Mma, Operand, Product, tile_accumulate};
 use crate::hla::gpu::blocks::{gate_row, state_at};
 
@@ -104,13 +104,8 @@ pub(crate) fn pass_tiles_kernel(
         copy_keys(
             k, b, &mut ks, chunk, at, r0, own, power, c, rows, part, walk,
         );
-        let from = chunk * c * cols;
-        let mut e = UNIT_POS as usize;
-        while e < c * cols {
-            us[e] = u[from + e];
-            e += CUBE_DIM as usize;
-        }
-        sync_cube();
+        // With a barrier after it, for the products.
+        copy_in(u, &mut us, chunk * c * cols, c * cols);
         add_updates(&ks, &us, &mut xs, own, c, cols, part, mma);
         // The next chunk's copies overwrite what these products read.
         sync_cube();
@@ -174,11 +169,7 @@ fn copy_keys(
         if r < own {
             let mut f = 1.0f32;
             if walk.decayed {
-                let b_tau = b[at + tau];
-                f = (power * (b[at + c - 1] - b_tau)).exp();
-                if walk.back {
-                    f = (power * b_tau).exp();
-                }
+                f = key_factor(b[at + tau], b[at + c - 1], power, walk.back);
             }
             ks[e] = f * k[from + tau * rows + r];
         }
