@@ -38,7 +38,7 @@ use burn::tensor::DType;
 
 #[cfg(gpu_kernels)]
 #[doc(hidden)]
-pub use gpu::{cap_grid_axis, cap_unit_rows, plan_multiprocessors};
+pub use gpu::{cap_grid_axis, cap_unit_rows, guard::Scope as GuardScope, plan_multiprocessors};
 #[cfg(cpu_kernels)]
 pub(crate) use host::Host;
 

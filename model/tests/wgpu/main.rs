@@ -15,7 +15,7 @@ mod hla;
 mod lm;
 
 use burn::prelude::*;
-use hla_model::backend::{Kernels, set_kernels};
+use hla_model::backend::{GuardScope, Kernels, set_kernels};
 
 /// A GPU sums in another order than a CPU, so f32 results differ by more than between
 /// the forms on one device (1e-4).
@@ -41,12 +41,16 @@ static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// A test's turn at [`SWITCH`] with the kernels set to `kernels`: the GPU kernels' tests
 /// turn them on (they are off by default), others the composed forms; the default comes
 /// back when the turn ends. The kernels plan their grids for [`TURN_MULTIPROCESSORS`]
-/// meanwhile.
+/// meanwhile, and their buffers are guarded: a kernel that writes past the end of one
+/// fails the test when the turn ends, one that reads past it reads NaNs.
 fn kernels(kernels: Kernels) -> Turn {
     let guard = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     set_kernels(kernels);
     hla_model::backend::plan_multiprocessors(Some(TURN_MULTIPROCESSORS));
-    Turn { _guard: guard }
+    Turn {
+        _bounds: GuardScope::new(),
+        _guard: guard,
+    }
 }
 
 /// The multiprocessors a test's turn plans for: one, so that the node's passes over the
@@ -54,7 +58,9 @@ fn kernels(kernels: Kernels) -> Turn {
 /// would split, [`plan_multiprocessors`]), as on lavapipe.
 const TURN_MULTIPROCESSORS: usize = 1;
 
+/// Its fields drop in order: the bounds are checked before the next test's turn.
 struct Turn {
+    _bounds: GuardScope,
     _guard: std::sync::MutexGuard<'static, ()>,
 }
 

@@ -1,8 +1,10 @@
 //! What every GPU kernel's launch needs from a CubeCL device: how many units a cube may
 //! have and how many rows a unit may own ([`rows`] holds the cube functions of such
-//! units), grids of any size, whether a call's buffers fit the device, and uninitialised
-//! contiguous buffers.
+//! units), grids of any size, whether a call's buffers fit the device, and the kernels'
+//! buffers: uninitialised contiguous outputs and contiguous inputs, guarded by the tests
+//! ([`guard`]).
 
+pub(crate) mod guard;
 pub(crate) mod mma;
 pub(crate) mod rows;
 
@@ -13,6 +15,7 @@ use burn::prelude::*;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
 use burn_cubecl::cubecl::prelude::{CubeCount, DeviceProperties};
+use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -262,10 +265,19 @@ pub(crate) fn properties(device: &Device) -> Option<Arc<DeviceProperties>> {
 }
 
 /// An uninitialised contiguous f32 tensor on `like`'s device (the kernels index their
-/// outputs as contiguous).
+/// outputs as contiguous); guarded while a [`guard::Scope`] lives.
+#[track_caller]
 pub(crate) fn empty(like: &CubeTensor, shape: impl Into<Shape>) -> CubeTensor {
-    let (client, device) = (like.client.clone(), like.device.clone());
-    empty_device_contiguous_dtype(client, device, shape.into(), DType::F32)
+    let shape = shape.into();
+    guard::output(like, shape.clone()).unwrap_or_else(|| {
+        let (client, device) = (like.client.clone(), like.device.clone());
+        empty_device_contiguous_dtype(client, device, shape, DType::F32)
+    })
+}
+
+/// `x` as a kernel reads it: contiguous, and guarded while a [`guard::Scope`] lives.
+pub(crate) fn contiguous(x: CubeTensor) -> CubeTensor {
+    guard::input(into_contiguous(x))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl::prelude::CubeDim;
 
-use crate::backend::gpu::{cubes, empty, units};
+use crate::backend::gpu::{cubes, empty, guard, units};
 use kernel::log_decay_kernel;
 
 /// The kernel on a CubeCL device (every GPU device runs it through fusion, as one custom
@@ -36,6 +36,7 @@ fn gates_spec(log_g: &TensorSpec, c: &usize) -> TensorSpec {
 
 impl ChunkGates for CubeBackend {
     fn chunk_log_decay(log_g: FloatTensor<Self>, c: usize) -> FloatTensor<Self> {
+        let log_g = guard::input(log_g);
         let [gb, gh, time] = log_g.shape().dims::<3>();
         let chunks = time.div_ceil(c);
         let b = empty(&log_g, [gb * gh, chunks * c]);
@@ -119,6 +120,7 @@ mod tests {
     #[test]
     fn the_kernel_is_the_composed_cumulative_sum() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let _bounds = crate::backend::gpu::guard::Scope::new();
         let (time, c) = (37, 8);
         let chunks = Chunks::new(time, c);
         let uniform = Distribution::Uniform(-1.0, 0.0);

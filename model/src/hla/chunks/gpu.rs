@@ -13,10 +13,9 @@ use burn::backend::{Backend, backend_extension};
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl;
-use burn_cubecl::kernel::into_contiguous;
 use cubecl::prelude::*;
 
-use crate::backend::gpu::{cubes, empty, units};
+use crate::backend::gpu::{contiguous, cubes, empty, guard, units};
 use crate::hla::gpu::blocks::{gate_row, state_at};
 
 /// How a scan runs: its sequences' heads, the gates' `[gb, gh]`, whether it decays, the
@@ -72,7 +71,8 @@ impl ScanKernels for CubeBackend {
         b: FloatTensor<Self>,
         scan: Scan,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [deltas, b] = [deltas, b].map(into_contiguous);
+        let [deltas, b] = [deltas, b].map(contiguous);
+        let start = guard::input(start);
         let [seqs, chunks, cols] = deltas.shape().dims::<3>();
         let c = b.shape().dims::<2>()[1] / chunks;
         let (states, end) = (

@@ -325,6 +325,7 @@ mod gpu_tests {
     #[test]
     fn the_gpu_scan_is_the_recurrence() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let _bounds = crate::backend::gpu::guard::Scope::new();
         let (b, h, cols, c, p) = (2, 3, 5, 4, 2);
         let normal = Distribution::Normal(0.0, 1.0);
         for n in [1, 3, 40] {

@@ -22,11 +22,10 @@ use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl::client::Client;
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::zeros_client;
 use burn_cubecl::tensor::CubeTensor;
 
-use crate::backend::gpu::{cubes, empty, units};
+use crate::backend::gpu::{contiguous, cubes, empty, units};
 use blocks::DimsLaunch;
 
 /// What one call of the GPU chunked form computes.
@@ -199,7 +198,7 @@ fn grid(like: &CubeTensor, n: &LaunchSizes) -> (CubeCount, CubeDim) {
 /// `[q, k, v, log g [gb, gh, time], state]` (the state packed per head) → the packed
 /// `[o, final state]` and every chunk's start state.
 pub(crate) fn forward(inputs: [CubeTensor; 5], kernel: GpuChunked) -> (CubeTensor, CubeTensor) {
-    let [q, k, v, log_g, state] = inputs.map(into_contiguous);
+    let [q, k, v, log_g, state] = inputs.map(contiguous);
     let n = LaunchSizes::new(&q.shape(), &v.shape(), kernel);
     let [gb, gh, _] = log_g.shape().dims::<3>();
     let (packed, starts) = (empty(&q, [n.packed()]), empty(&q, [n.starts()]));
@@ -223,8 +222,8 @@ pub(crate) fn backward(
     grad: CubeTensor,
     kernel: GpuChunked,
 ) -> [CubeTensor; 5] {
-    let [q, k, v, log_g, starts] = saved.map(into_contiguous);
-    let grad = into_contiguous(grad);
+    let [q, k, v, log_g, starts] = saved.map(contiguous);
+    let grad = contiguous(grad);
     let n = LaunchSizes::new(&q.shape(), &v.shape(), kernel);
     let g_shape = log_g.shape();
     let [gb, gh, _] = g_shape.dims::<3>();

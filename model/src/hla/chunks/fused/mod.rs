@@ -30,11 +30,12 @@ use burn::prelude::*;
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 
 use crate::backend::gpu::mma::{Mma, planned_within, tile_units, tiles_within};
-use crate::backend::gpu::{cubes, empty, rows_per_unit, shared_bytes, unit_budget, units};
+use crate::backend::gpu::{
+    contiguous, cubes, empty, rows_per_unit, shared_bytes, unit_budget, units,
+};
 use crate::hla::decay::Decay;
 use kernel::{GatesLaunch, output_kernel, shared_buffer};
 
@@ -113,7 +114,7 @@ impl ChunkOutput for CubeBackend {
         b: FloatTensor<Self>,
         output: Output,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [q, r, v, x, b] = [q, r, v, x, b].map(into_contiguous);
+        let [q, r, v, x, b] = [q, r, v, x, b].map(contiguous);
         let ([blocks, c, d], dv) = (q.shape().dims::<3>(), v.shape().dims::<3>()[2]);
         let m = match output.scores {
             true => empty(&q, [blocks, c, c]),

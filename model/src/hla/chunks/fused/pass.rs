@@ -25,14 +25,15 @@ use burn::prelude::*;
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl::prelude::CubeDim;
-use burn_cubecl::kernel::into_contiguous;
 
 pub(crate) use super::pass_kernel::Walk;
 use super::pass_kernel::{TILE, pass_kernel};
 use super::pass_tiles::{pass_tiles_kernel, tile_rows, tiles_fit, tiles_shared};
 use super::{Layout, blocks, layout, sizes};
 use crate::backend::gpu::mma::{Mma, mma, planned, planned_mma, tile_units};
-use crate::backend::gpu::{cubes, empty, max_units, multiprocessors, shared_bytes, units};
+use crate::backend::gpu::{
+    contiguous, cubes, empty, guard, max_units, multiprocessors, shared_bytes, units,
+};
 use crate::hla::decay::Decay;
 
 /// What one call computes: the chunks' layout, the decay's power `p`, how it walks and
@@ -88,7 +89,8 @@ impl ChunkPass for CubeBackend {
         b: FloatTensor<Self>,
         pass: Pass,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [k, u, b] = [k, u, b].map(into_contiguous);
+        let [k, u, b] = [k, u, b].map(contiguous);
+        let start = guard::input(start);
         let [_, c, rows] = k.shape().dims::<3>();
         let cols = u.shape().dims::<3>()[2];
         let [bs, h, ..] = pass.end;
@@ -390,6 +392,7 @@ mod tests {
     /// transposed view and from zeros.
     fn pass_against_composed(c: usize, [rows, cols]: [usize; 2]) {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let _bounds = crate::backend::gpu::guard::Scope::new();
         let (bs, h, time) = (2, 3, 37);
         let chunks = Chunks::new(time, c);
         let normal = Distribution::Normal(0.0, 1.0);

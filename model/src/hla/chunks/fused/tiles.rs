@@ -207,6 +207,7 @@ mod tests {
     #[test]
     fn the_tiles_are_the_register_kernels_output() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let _bounds = crate::backend::gpu::guard::Scope::new();
         let (bs, h, time, c, d, dv) = (2, 3, 50, 32, 16, 32);
         let chunks = Chunks::new(time, c);
         let normal = Distribution::Normal(0.0, 1.0);

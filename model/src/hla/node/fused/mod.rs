@@ -33,12 +33,11 @@ use burn::backend::{Backend, backend_extension};
 use burn::prelude::*;
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
-use burn_cubecl::kernel::into_contiguous;
 
 use burn_cubecl::cubecl::prelude::CubeDim;
 
 use crate::backend::gpu::mma::{Mma, planned_within, tile_units, tiles_within};
-use crate::backend::gpu::{cubes, empty, units};
+use crate::backend::gpu::{contiguous, cubes, empty, units};
 use crate::hla::chunks::fused::{Layout, blocks, chunked, grid, layout, sizes};
 use crate::hla::decay::Decay;
 pub(crate) use kernel::Sums;
@@ -183,7 +182,7 @@ impl MomentGrads for CubeBackend {
         FloatTensor<Self>,
         FloatTensor<Self>,
     ) {
-        let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in].map(into_contiguous);
+        let inputs = [q, dy, a, u, t, x, b, dq_in, da_in, x_start, log_g_in].map(contiguous);
         let (q, u) = (&inputs[0], &inputs[3]);
         let ([blocks, c, d], n) = (q.shape().dims::<3>(), u.shape().dims::<3>()[2]);
         let [du, log_g] =

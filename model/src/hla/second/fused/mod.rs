@@ -23,9 +23,8 @@ use burn::backend::{Backend, backend_extension};
 use burn::prelude::*;
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
-use burn_cubecl::kernel::into_contiguous;
 
-use crate::backend::gpu::empty;
+use crate::backend::gpu::{contiguous, empty};
 use crate::hla::chunks::fused::{
     Layout, Output, blocks, chunked, grid, launch_tiles, layout, sizes, tiled,
 };
@@ -69,7 +68,7 @@ impl Hla2Fused for CubeBackend {
         b: FloatTensor<Self>,
         layout: Layout,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [q, k, s, b] = [q, k, s, b].map(into_contiguous);
+        let [q, k, s, b] = [q, k, s, b].map(contiguous);
         let [blocks, c, d] = q.shape().dims::<3>();
         let (w, a) = (empty(&q, [blocks, c, c]), empty(&q, [blocks, c, d]));
         if let Some(mma) = tiled(&q, c, d, d) {

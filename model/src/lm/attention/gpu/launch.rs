@@ -2,7 +2,6 @@
 
 use burn::backend::TensorMetadata;
 use burn_cubecl::cubecl;
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
@@ -11,7 +10,7 @@ use super::plan::{Pass, tensor_tiles, tiles};
 use super::tile_grads::{key_tiles, query_tiles};
 use super::tiles::forward_tiles;
 use crate::backend::gpu::mma::{Mma, mma, tile_units};
-use crate::backend::gpu::{cubes, empty, rows_per_unit, unit_budget, units};
+use crate::backend::gpu::{contiguous, cubes, empty, rows_per_unit, unit_budget, units};
 
 /// A launch of one of the attention's kernels on `like`'s client: its tensors, then the
 /// call's sizes (queries, keys, start, scale, d, dv), then the kernel's own compile-time
@@ -90,7 +89,7 @@ impl RowSizes {
 
 /// `[q, k, v]` → `o [b, h, Tq, dv]` and the log-sum-exp of every query's scores.
 pub(crate) fn forward(inputs: [CubeTensor; 3], start: usize) -> (CubeTensor, CubeTensor) {
-    let [q, k, v] = inputs.map(into_contiguous);
+    let [q, k, v] = inputs.map(contiguous);
     let n = RowSizes::of(&q, &v);
     let mut o_dims = q.shape().dims::<4>();
     o_dims[3] = n.dv;
@@ -130,8 +129,8 @@ fn tensor_plan(pass: Pass, q: &CubeTensor, n: &RowSizes) -> Option<(Mma, usize, 
 
 /// Saved `[q, k, v, o, lse]` and `∂o` → `[∂q, ∂k, ∂v]`.
 pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -> [CubeTensor; 3] {
-    let [q, k, v, o, lse] = saved.map(into_contiguous);
-    let grad = into_contiguous(grad);
+    let [q, k, v, o, lse] = saved.map(contiguous);
+    let grad = contiguous(grad);
     let n = RowSizes::of(&q, &v);
     let (dq, dk, dv) = (
         empty(&q, q.shape().dims::<4>()),

@@ -149,6 +149,7 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
 #[test]
 fn the_tiles_are_the_composed_gradients() {
     let device = Device::wgpu(DeviceKind::DefaultDevice);
+    let _bounds = crate::backend::gpu::guard::Scope::new();
     let (bs, h, time, c, d) = (2, 2, 70, 48, 16);
     let chunks = Chunks::new(time, c);
     let normal = Distribution::Normal(0.0, 1.0);
