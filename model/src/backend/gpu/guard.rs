@@ -205,7 +205,7 @@ fn guarded(
     CubeTensor::new_contiguous(client, device, shape, handle, DType::F32)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "wgpu"))]
 mod tests {
     use burn::backend::TensorMetadata;
     use burn::backend::fusion::custom::TensorSpec;
