@@ -32,6 +32,11 @@ macro_rules! launch {
             $($size),*
         )
     };
+    // The backward kernels' eight tensors, given as one array.
+    ($kernel:ident, $grid:tt, $tensors:ident, $sizes:tt, $own:tt) => {{
+        let [t0, t1, t2, t3, t4, t5, t6, t7] = $tensors;
+        launch!($kernel, $grid, [t0, t1, t2, t3, t4, t5, t6, t7], $sizes, $own)
+    }};
 }
 
 /// The sizes of a call: `q [b, h, queries, d]`, `v [b, h, keys, dv]`.
@@ -138,57 +143,53 @@ pub(crate) fn backward(saved: [CubeTensor; 5], grad: CubeTensor, start: usize) -
         empty(&q, v.shape().dims::<4>()),
     );
     let delta = empty(&q, [n.sequences * n.queries]);
-    if let Some((mma, rows, tile)) = tensor_plan(Pass::Backward, &q, &n) {
-        let dim = CubeDim::new_1d(tile_units(&mma, units(&q) as usize) as u32);
-        let count = cubes(&q, n.sequences * n.queries.div_ceil(rows));
+    let plan = tensor_plan(Pass::Backward, &q, &n);
+    // The query kernel's tensors (into ∂q and each row's δ), then the key kernel's (from δ
+    // into ∂k and ∂v), whichever kernels run.
+    let queries = [
+        q.clone(),
+        k.clone(),
+        v.clone(),
+        o,
+        lse.clone(),
+        grad.clone(),
+        dq.clone(),
+        delta.clone(),
+    ];
+    let keys = [q, k, v, lse, delta, grad, dk.clone(), dv.clone()];
+    if let Some((mma, rows, tile)) = plan {
+        let dim = CubeDim::new_1d(tile_units(&mma, units(&dq) as usize) as u32);
+        let count = cubes(&dq, n.sequences * n.queries.div_ceil(rows));
         launch!(
             query_tiles,
-            (&q, count, dim),
-            [
-                q.clone(),
-                k.clone(),
-                v.clone(),
-                o,
-                lse.clone(),
-                grad.clone(),
-                dq.clone(),
-                delta.clone()
-            ],
+            (&dq, count, dim),
+            queries,
             (n, start),
             [rows, tile, mma]
         );
-        let count = cubes(&q, n.sequences * n.keys.div_ceil(tile));
+        let count = cubes(&dq, n.sequences * n.keys.div_ceil(tile));
         launch!(
             key_tiles,
-            (&q, count, dim),
-            [q, k, v, lse, delta, grad, dk.clone(), dv.clone()],
+            (&dq, count, dim),
+            keys,
             (n, start),
             [rows, tile, mma]
         );
         return [dq, dk, dv];
     }
-    let (count, dim) = n.grid(&q, n.queries, n.rows, n.per_unit[1]);
+    let (count, dim) = n.grid(&dq, n.queries, n.rows, n.per_unit[1]);
     launch!(
         query_grads,
-        (&q, count, dim),
-        [
-            q.clone(),
-            k.clone(),
-            v.clone(),
-            o,
-            lse.clone(),
-            grad.clone(),
-            dq.clone(),
-            delta.clone()
-        ],
+        (&dq, count, dim),
+        queries,
         (n, start),
         [n.rows, n.tile, n.per_unit[1]]
     );
-    let (count, dim) = n.grid(&q, n.keys, n.tile, n.per_unit[2]);
+    let (count, dim) = n.grid(&dq, n.keys, n.tile, n.per_unit[2]);
     launch!(
         key_grads,
-        (&q, count, dim),
-        [q, k, v, lse, delta, grad, dk.clone(), dv.clone()],
+        (&dq, count, dim),
+        keys,
         (n, start),
         [n.tile, n.per_unit[2]]
     );
