@@ -4,7 +4,7 @@
 #
 #   scripts/cuda-build.sh [cargo build arguments]    # cargo build --release --features cuda …
 #   scripts/cuda-build.sh --test [test arguments]    # then the PTX tests of hla-model
-#                                                    # (src/ptx_tests.rs) and train/tests/cuda.rs
+#                                                    # (src/ptx_tests/) and train/tests/cuda.rs
 #                                                    # (no GPU needed)
 #   scripts/cuda-build.sh --setup-only               # only the LLVM set-up below
 #
@@ -149,7 +149,7 @@ fi
 # knows and says so in a cargo warning (CUDARC_CUDA_VERSION, e.g. 12080, chooses another).
 if [ "$mode" = test ]; then
     cargo build --release --features cuda
-    # hla-model's PTX tests (src/ptx_tests.rs: every GPU kernel through the linked LLVM) and
+    # hla-model's PTX tests (src/ptx_tests/: every GPU kernel through the linked LLVM) and
     # the binary's own (train/tests/cuda.rs), both from the workspace's test build (one
     # build of Burn for the two).
     ptx="$(cargo test --release --features cuda --lib --no-run --message-format=json |

@@ -12,3 +12,11 @@ pub(crate) fn cpu_devices() -> Vec<Device> {
         Device::flex().autodiff(),
     ]
 }
+
+/// The default wgpu device, with every kernel's buffers guarded until the scope drops
+/// (it panics there if a kernel wrote out of bounds): keep it alive through the test.
+#[cfg(feature = "wgpu")]
+pub(crate) fn guarded_wgpu() -> (Device, crate::backend::gpu::guard::Scope) {
+    let device = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+    (device, crate::backend::gpu::guard::Scope::new())
+}

@@ -68,6 +68,14 @@ fn compare_trains_reports_and_skips_finished_runs() {
     for run in ["toy-hla2", "toy-linear"] {
         assert!(folder.join("runs").join(run).join("model.bpk").exists());
     }
+    results_csv_has_a_row_per_run(&folder);
+    results_md_and_charts(&folder);
+    finished_runs_are_skipped(d, &file, &folder);
+    changed_runs_continue_or_start_over(d, &file);
+}
+
+/// `results.csv`: a header with every column and one row per run, in order.
+fn results_csv_has_a_row_per_run(folder: &Path) {
     let csv = std::fs::read_to_string(folder.join("results.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 3, "a header and two rows: {csv}");
@@ -93,6 +101,10 @@ fn compare_trains_reports_and_skips_finished_runs() {
     for line in &lines[1..] {
         assert_eq!(line.split(',').count(), header.len(), "{line}");
     }
+}
+
+/// `results.md` (title, runs finished, the runs' table) and each chart as PNG and SVG.
+fn results_md_and_charts(folder: &Path) {
     let md = std::fs::read_to_string(folder.join("results.md")).unwrap();
     assert!(
         md.starts_with("# Toy") && md.contains("2 of 2 runs finished"),
@@ -113,13 +125,17 @@ fn compare_trains_reports_and_skips_finished_runs() {
             "{chart}.svg"
         );
     }
+}
 
+/// A second call on other devices (not another config) skips the finished runs quickly and
+/// leaves their weights alone.
+fn finished_runs_are_skipped(d: &Path, file: &str, folder: &Path) {
     let weights = std::fs::read(folder.join("runs/toy-hla2/model.bpk")).unwrap();
     let started = Instant::now();
     // Other devices are not another config: the finished runs stay finished.
     let again = ok(
         d,
-        &["compare", "--experiment", &file, "--devices", "flex,flex"],
+        &["compare", "--experiment", file, "--devices", "flex,flex"],
     );
     assert!(
         again.contains("[1/2] toy-hla2: finished already, skipped")
@@ -131,10 +147,14 @@ fn compare_trains_reports_and_skips_finished_runs() {
         std::fs::read(folder.join("runs/toy-hla2/model.bpk")).unwrap(),
         weights
     );
+}
 
+/// More steps continue the finished runs from their last checkpoint; another seed is
+/// refused until `--force`, which starts over.
+fn changed_runs_continue_or_start_over(d: &Path, file: &str) {
     // More steps: the finished runs continue from their last checkpoint.
     experiment(d, 6, 1337);
-    let extended = ok(d, &["compare", "--experiment", &file]);
+    let extended = ok(d, &["compare", "--experiment", file]);
     assert!(
         extended.contains("toy-hla2: resuming")
             && extended.contains("resuming at step 4")
@@ -143,7 +163,7 @@ fn compare_trains_reports_and_skips_finished_runs() {
     );
     // Another seed: not the same runs any more, refused until --force.
     experiment(d, 6, 7);
-    let refused = hla(d, &["compare", "--experiment", &file]);
+    let refused = hla(d, &["compare", "--experiment", file]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(
@@ -155,7 +175,7 @@ fn compare_trains_reports_and_skips_finished_runs() {
         &[
             "compare",
             "--experiment",
-            &file,
+            file,
             "--force",
             "--only",
             "toy-linear",

@@ -16,7 +16,7 @@ use super::{
     META_FILE, Meta, Prepared, ReadFile, SkippedPath, TOKENIZER_FILE, TOKENS_FILE, TokenFile, open,
 };
 use crate::DataError;
-use crate::corpus::sources::Sources;
+use crate::corpus::sources::{Skipped, SourceFile, Sources};
 use crate::tokenizer::{Tokenizer, TokenizerKind};
 
 /// Tokens decoded at once to count the bytes of a split.
@@ -87,14 +87,7 @@ fn write_preparation(
     };
     let tokenizer = tokenizer(sources, settings, several, valid.as_deref(), bytes)?;
     if several && tokenizer.end_of_text().is_none() {
-        return Err(DataError::Invalid {
-            key: "data.tokenizer",
-            requirement: format!(
-                "a tokenizer with an end-of-text token ({}) for a corpus of several documents",
-                crate::tokenizer::END_OF_TEXT_NAMES.join(", ")
-            ),
-            value: settings.tokenizer.to_string(),
-        });
+        return Err(no_end_of_text(settings));
     }
     let (tokens_path, width) = (dir.join(TOKENS_FILE), token_bytes(&tokenizer));
     let written = write_tokens(
@@ -121,23 +114,8 @@ fn write_preparation(
         end_of_text: tokenizer.end_of_text().filter(|_| several),
         source: sources.spec.clone(),
         files: sources.files.len(),
-        read: sources
-            .files
-            .iter()
-            .map(|f| ReadFile {
-                path: f.path.display().to_string(),
-                real: f.real.display().to_string(),
-                bytes: f.size,
-            })
-            .collect(),
-        skipped: sources
-            .skipped
-            .iter()
-            .map(|s| SkippedPath {
-                path: s.path.display().to_string(),
-                reason: s.reason.clone(),
-            })
-            .collect(),
+        read: read_files(sources),
+        skipped: skipped_paths(sources),
         documents: written.documents,
         text_field: settings.text_field.clone(),
         fingerprint,
@@ -157,6 +135,37 @@ fn write_preparation(
     let json = serde_json::to_string_pretty(&meta).expect("serialisable");
     let meta_path = dir.join(META_FILE);
     std::fs::write(&meta_path, json).map_err(DataError::io(&meta_path))
+}
+
+/// A corpus of several documents needs a tokenizer that can mark where each ends.
+fn no_end_of_text(settings: &Settings) -> DataError {
+    DataError::Invalid {
+        key: "data.tokenizer",
+        requirement: format!(
+            "a tokenizer with an end-of-text token ({}) for a corpus of several documents",
+            crate::tokenizer::END_OF_TEXT_NAMES.join(", ")
+        ),
+        value: settings.tokenizer.to_string(),
+    }
+}
+
+/// The files read, as `meta.json` lists them.
+fn read_files(sources: &Sources) -> Vec<ReadFile> {
+    let file = |f: &SourceFile| ReadFile {
+        path: f.path.display().to_string(),
+        real: f.real.display().to_string(),
+        bytes: f.size,
+    };
+    sources.files.iter().map(file).collect()
+}
+
+/// The paths passed over, with why, as `meta.json` lists them.
+fn skipped_paths(sources: &Sources) -> Vec<SkippedPath> {
+    let skipped = |s: &Skipped| SkippedPath {
+        path: s.path.display().to_string(),
+        reason: s.reason.clone(),
+    };
+    sources.skipped.iter().map(skipped).collect()
 }
 
 /// The tokenizer of `settings`: built, or learnt from the corpus (a `char` vocabulary from

@@ -21,6 +21,7 @@ use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
 use crate::hla::chunks::fused::kernel::GatesCompilationArg;
+use crate::hla::node::fused::kernel::Sums;
 
 /// `$module::$Kernel::new` (a kernel's launch definition) for `$units` units a cube on
 /// [`properties`]' GPU: its tensor arguments, named as the kernel names them, each its own
@@ -166,6 +167,21 @@ fn gates() -> GatesCompilationArg {
         heads: (),
         gb: (),
         gh: (),
+    }
+}
+
+/// The moment products' sums with ∂Q's and ∂A's terms so far and a state's read, `tied`
+/// or not, the read `transposed` or not, and with `gates` the gates' gradient added to an
+/// earlier kernel's.
+fn sums(tied: bool, transposed: bool, gates: bool) -> Sums {
+    Sums {
+        q: true,
+        a: true,
+        tied,
+        read: true,
+        transposed,
+        gates,
+        summed: gates,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The node's kernels on CUDA cores (one unit per token or per state row) and its scans.
 
-use super::{C, D, assert_module, gates, ptx};
+use super::{C, D, assert_module, gates, ptx, sums};
 use crate::hla::chunks::fused::kernel::output_kernel;
 use crate::hla::chunks::fused::pass_kernel::{Walk, pass_kernel};
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
@@ -76,22 +76,13 @@ fn the_passes_compile_to_ptx() {
 /// earlier kernel's.
 #[test]
 fn the_moment_products_compile_to_ptx() {
-    let all = Sums {
-        q: true,
-        a: true,
-        tied: true,
-        read: true,
-        transposed: true,
-        gates: true,
-        summed: true,
-    };
-    for sums in [Sums::default(), all] {
+    for case in [Sums::default(), sums(true, true, true)] {
         let grads = kernel!(
             grads_kernel::GradsKernel,
             C,
             [q dy a u t x b dq_in da_in x_start log_g_in du da dq log_g],
             gates(), (),
-            C, D, D, true, sums, 1,
+            C, D, D, true, case, 1,
         );
         assert_module("grads_kernel", &ptx(grads, 90), &SHARED);
     }

@@ -1,6 +1,6 @@
 //! The node's kernels on TF32 tensor cores (four warps a cube).
 
-use super::{C, D, assert_module, gates, ptx};
+use super::{C, D, assert_module, gates, ptx, sums};
 use crate::backend::gpu::mma::CUDA_TF32;
 use crate::hla::chunks::fused::pass_kernel::Walk;
 use crate::hla::chunks::fused::pass_tiles::pass_tiles_kernel;
@@ -29,27 +29,18 @@ fn the_output_tiles_compile_to_ptx() {
 /// and by rows), without and with the gates' gradient.
 #[test]
 fn the_moment_product_tiles_compile_to_ptx() {
-    let sums = |tied, transposed, gates| Sums {
-        q: true,
-        a: true,
-        tied,
-        read: true,
-        transposed,
-        gates,
-        summed: gates,
-    };
     let all = [
         sums(true, true, false),
         sums(false, false, true),
         sums(true, true, true),
     ];
-    for sums in [Sums::default()].into_iter().chain(all) {
+    for case in [Sums::default()].into_iter().chain(all) {
         let grads = kernel!(
             grads_tiles_kernel::GradsTilesKernel,
             128,
             [q dy a u t x b dq_in da_in x_start log_g_in du da dq log_g],
             gates(), (),
-            C, D, D, true, sums, CUDA_TF32,
+            C, D, D, true, case, CUDA_TF32,
         );
         assert_module("grads_tiles_kernel", &ptx(grads, 90), &PRODUCTS);
     }

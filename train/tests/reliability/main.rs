@@ -164,104 +164,13 @@ fn size_keys_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let text = tiny_config(d, "hla2");
-    let mqar = d.join("mqar.toml");
-    let setting = |train: i64, pairs: i64| {
-        format!(
-            "data.mqar.settings=[{{ seq_len = 16, num_kv_pairs = {pairs}, train_examples = \
-             {train}, test_examples = 8 }}]"
-        )
-    };
-    std::fs::write(
-        &mqar,
-        format!(
-            "[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\n\n[data.mqar]\nvocab_size = 32\n\
-             {}\n\n[train]\nbatch_size = 8\nsteps = 2\neval_interval = 2\n",
-            setting(64, 2).trim_start_matches("data.mqar.")
-        ),
-    )
-    .unwrap();
-    let whole = "expected a whole number ≥ 0";
-    let cases: Vec<(&Path, String, String)> = [
-        ("model.d_model=0", "model.d_model must be at least 1, got 0"),
-        (
-            "model.d_model=-1",
-            &format!("model.d_model: invalid value: integer `-1`, {whole}"),
-        ),
-        ("model.n_layers=0", "model.n_layers must be at least 1"),
-        (
-            "model.n_heads=0",
-            "model.n_heads must be a divisor of d_model",
-        ),
-        ("model.chunk_size=0", "model.chunk_size must be at least 1"),
-        (
-            "model.max_seq_len=0",
-            "model.max_seq_len must be at least 1",
-        ),
-        (
-            "model.short_conv=1",
-            "model.short_conv must be 0 (off) or a kernel of at least 2",
-        ),
-        (
-            "model.d_ff=-3",
-            &format!("model.d_ff: invalid value: integer `-3`, {whole}"),
-        ),
-        (
-            "model.segment_size=2.5",
-            &format!("model.segment_size: invalid type: floating point `2.5`, {whole}"),
-        ),
-        (
-            "train.steps=1e20",
-            &format!(
-                "train.steps: invalid type: floating point `100000000000000000000.0`, {whole}"
-            ),
-        ),
-        ("train.steps=0", "train.steps must be at least 1"),
-        ("train.context=0", "train.context must be at least 1"),
-        ("train.batch_size=0", "train.batch_size must be at least 1"),
-        (
-            "train.grad_accumulation=0",
-            "train.grad_accumulation must be at least 1",
-        ),
-        (
-            "train.eval_interval=0",
-            "train.eval_interval must be at least 1",
-        ),
-        (
-            "train.eval_batches=0",
-            "train.eval_batches must be at least 1",
-        ),
-        (
-            "train.keep_checkpoints=0",
-            "train.keep_checkpoints must be at least 1",
-        ),
-        (
-            "train.seed=-1",
-            &format!("train.seed: invalid value: integer `-1`, {whole}"),
-        ),
-    ]
-    .iter()
-    .map(|(set, message)| (text.as_path(), set.to_string(), message.to_string()))
-    .chain(
-        [
-            (
-                "data.mqar.vocab_size=-1".into(),
-                format!("data.mqar.vocab_size: invalid value: integer `-1`, {whole}"),
-            ),
-            (
-                setting(0, 2),
-                "mqar.train_examples must be at least 1 in some setting".into(),
-            ),
-            (
-                setting(64, -2),
-                format!("data.mqar.settings[0].num_kv_pairs: invalid value: integer `-2`, {whole}"),
-            ),
-        ]
+    let mqar = mqar_config(d);
+    let text_cases = model_and_train_keys()
         .into_iter()
-        .map(|(set, message)| (mqar.as_path(), set, message)),
-    )
-    .collect();
+        .map(|c| (text.as_path(), c));
+    let mqar_cases = mqar_keys().into_iter().map(|c| (mqar.as_path(), c));
     let fresh = d.join("fresh");
-    for (config, set, message) in cases {
+    for (config, (set, message)) in text_cases.chain(mqar_cases) {
         let config = config.to_str().unwrap();
         for command in ["info", "train"] {
             let mut args = vec![command, "--config", config, "--set", &set];
@@ -272,6 +181,114 @@ fn size_keys_are_checked() {
         }
         assert!(!fresh.exists(), "{set}: no run directory");
     }
+}
+
+/// What serde says of a negative or fractional size.
+const WHOLE: &str = "expected a whole number ≥ 0";
+
+/// A `--set KEY=VALUE` and a part of the one message it must get.
+fn case(set: &str, message: &str) -> (String, String) {
+    (set.into(), message.into())
+}
+
+/// The size keys of `[model]` and `[train]`: zero, negative, fractional and 1e20.
+fn model_and_train_keys() -> Vec<(String, String)> {
+    vec![
+        case("model.d_model=0", "model.d_model must be at least 1, got 0"),
+        case(
+            "model.d_model=-1",
+            &format!("model.d_model: invalid value: integer `-1`, {WHOLE}"),
+        ),
+        case("model.n_layers=0", "model.n_layers must be at least 1"),
+        case(
+            "model.n_heads=0",
+            "model.n_heads must be a divisor of d_model",
+        ),
+        case("model.chunk_size=0", "model.chunk_size must be at least 1"),
+        case(
+            "model.max_seq_len=0",
+            "model.max_seq_len must be at least 1",
+        ),
+        case(
+            "model.short_conv=1",
+            "model.short_conv must be 0 (off) or a kernel of at least 2",
+        ),
+        case(
+            "model.d_ff=-3",
+            &format!("model.d_ff: invalid value: integer `-3`, {WHOLE}"),
+        ),
+        case(
+            "model.segment_size=2.5",
+            &format!("model.segment_size: invalid type: floating point `2.5`, {WHOLE}"),
+        ),
+        case(
+            "train.steps=1e20",
+            &format!(
+                "train.steps: invalid type: floating point `100000000000000000000.0`, {WHOLE}"
+            ),
+        ),
+        case("train.steps=0", "train.steps must be at least 1"),
+        case("train.context=0", "train.context must be at least 1"),
+        case("train.batch_size=0", "train.batch_size must be at least 1"),
+        case(
+            "train.grad_accumulation=0",
+            "train.grad_accumulation must be at least 1",
+        ),
+        case(
+            "train.eval_interval=0",
+            "train.eval_interval must be at least 1",
+        ),
+        case(
+            "train.eval_batches=0",
+            "train.eval_batches must be at least 1",
+        ),
+        case(
+            "train.keep_checkpoints=0",
+            "train.keep_checkpoints must be at least 1",
+        ),
+        case(
+            "train.seed=-1",
+            &format!("train.seed: invalid value: integer `-1`, {WHOLE}"),
+        ),
+    ]
+}
+
+/// `data.mqar.settings` of one setting with `train` examples of `pairs` key-value pairs.
+fn mqar_setting(train: i64, pairs: i64) -> String {
+    format!(
+        "data.mqar.settings=[{{ seq_len = 16, num_kv_pairs = {pairs}, train_examples = \
+         {train}, test_examples = 8 }}]"
+    )
+}
+
+/// A small MQAR config, written into `dir`.
+fn mqar_config(dir: &Path) -> std::path::PathBuf {
+    let mqar = dir.join("mqar.toml");
+    let config = format!(
+        "[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\n\n[data.mqar]\nvocab_size = 32\n\
+         {}\n\n[train]\nbatch_size = 8\nsteps = 2\neval_interval = 2\n",
+        mqar_setting(64, 2).trim_start_matches("data.mqar.")
+    );
+    std::fs::write(&mqar, config).unwrap();
+    mqar
+}
+
+/// The size keys of `[data.mqar]`, of the MQAR config.
+fn mqar_keys() -> Vec<(String, String)> {
+    vec![
+        case(
+            "data.mqar.vocab_size=-1",
+            &format!("data.mqar.vocab_size: invalid value: integer `-1`, {WHOLE}"),
+        ),
+        case(
+            &mqar_setting(0, 2),
+            "mqar.train_examples must be at least 1 in some setting",
+        ),
+        case(
+            &mqar_setting(64, -2),
+            &format!("data.mqar.settings[0].num_kv_pairs: invalid value: integer `-2`, {WHOLE}"),
+        ),
+    ]
 }
 
 /// A run that fails after claiming its directory but before writing to it (an empty

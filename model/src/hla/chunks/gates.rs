@@ -108,7 +108,7 @@ pub(crate) mod kernel {
 
 #[cfg(all(test, feature = "wgpu"))]
 mod tests {
-    use burn::tensor::{DeviceKind, Distribution};
+    use burn::tensor::Distribution;
 
     use super::*;
     use crate::agreement::relative_rms_error;
@@ -119,8 +119,7 @@ mod tests {
     /// broadcast along time (a stride of 0).
     #[test]
     fn the_kernel_is_the_composed_cumulative_sum() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let _bounds = crate::backend::gpu::guard::Scope::new();
+        let (device, _bounds) = crate::testing::guarded_wgpu();
         let (time, c) = (37, 8);
         let chunks = Chunks::new(time, c);
         let uniform = Distribution::Uniform(-1.0, 0.0);

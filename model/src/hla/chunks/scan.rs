@@ -313,7 +313,7 @@ mod tests {
 
 #[cfg(all(test, feature = "wgpu"))]
 mod gpu_tests {
-    use burn::tensor::{DeviceKind, Distribution, TensorData};
+    use burn::tensor::{Distribution, TensorData};
 
     use super::*;
     use crate::agreement::relative_rms_error;
@@ -324,8 +324,7 @@ mod gpu_tests {
     /// start state and from zeros.
     #[test]
     fn the_gpu_scan_is_the_recurrence() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let _bounds = crate::backend::gpu::guard::Scope::new();
+        let (device, _bounds) = crate::testing::guarded_wgpu();
         let (b, h, cols, c, p) = (2, 3, 5, 4, 2);
         let normal = Distribution::Normal(0.0, 1.0);
         for n in [1, 3, 40] {

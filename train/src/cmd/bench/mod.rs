@@ -8,6 +8,7 @@ mod decode;
 mod forms;
 mod launches;
 mod matmul;
+mod measure;
 mod operators;
 mod render;
 mod steps;
@@ -31,7 +32,7 @@ use cost::{Cost, CostForm, Gpu};
 use decode::DecodeRow;
 use forms::{Forms, Route};
 use matmul::MatmulRow;
-use operators::{EfficiencyRow, OperatorRow, efficiency};
+use operators::{EfficiencyRow, OperatorRow};
 use render::{plot_times, render};
 use steps::TrainRow;
 use sweep::SweepRow;
@@ -258,7 +259,7 @@ struct Report {
 pub fn run(args: &Args) -> Result<()> {
     let report = match &args.replot {
         Some(path) => read_report(path)?,
-        None => measure(args)?,
+        None => measure::measure(args)?,
     };
     let json = serde_json::to_string_pretty(&report)?;
     let tables = render(&report);
@@ -285,102 +286,6 @@ fn read_report(path: &std::path::Path) -> Result<Report> {
     serde_json::from_str(&text)
         .with_context(|| format!("{} is not a bench.json of this version", path.display()))
         .map_err(|e| UsageError::from(e).into())
-}
-
-fn measure(args: &Args) -> Result<Report> {
-    let device = devices::parse(&args.device)?;
-    device.seed(args.seed);
-    args.tensor_cores.apply();
-    let host_memory = args.device != "wgpu";
-    let bench = Bench {
-        device: device.clone(),
-        host_memory,
-        problem: args.operator_shape,
-        gates: args.gates,
-    };
-    let (chunk, segment) = (args.chunk as usize, args.segment as usize);
-    let mut chosen: Vec<usize> = args.times.iter().map(|&t| t as usize).collect();
-    chosen.sort_unstable();
-    chosen.dedup();
-    let times: &[usize] = if !chosen.is_empty() {
-        &chosen
-    } else if args.quick {
-        &[256, 512, 1024, 2048]
-    } else {
-        &[256, 512, 1024, 2048, 4096, 8192]
-    };
-    let positions: &[usize] = if args.quick {
-        &[64, 1024, 4096]
-    } else {
-        &[64, 1024, 4096, 16384]
-    };
-
-    let wanted =
-        |s: Section| args.only.contains(&s) || (args.only.is_empty() && s != Section::Cost);
-    let longest = *times.iter().max().expect("at least one length");
-    let square = if args.quick { 512 } else { 1024 };
-    // First: it needs a CubeCL device, which a mistaken call learns at once.
-    let cost = if wanted(Section::Cost) {
-        let [batch, heads, time, d] = args.cost_shape;
-        let problem = Problem { batch, heads, d };
-        let only = cost::Selection {
-            mixers: &args.mixer,
-            forms: &args.cost_form,
-        };
-        Some(cost::cost(
-            &device,
-            (&shape(problem, time, chunk), args.gates),
-            args.gpu,
-            only,
-        )?)
-    } else {
-        None
-    };
-    let forms = Forms {
-        all: args.composed,
-        only: args.form.clone(),
-    };
-    let train = run_if(wanted(Section::Train), || {
-        bench.train_steps(&args.mixer, &args.workload, &forms, args.quick)
-    })?;
-    let operators = run_if(wanted(Section::Operators), || {
-        bench.operators(&args.operator, times, chunk, segment, &forms)
-    })?;
-    let decode = run_if(wanted(Section::Decode), || bench.decode(positions))?;
-    let matmul = run_if(wanted(Section::Matmul), || {
-        bench.matmuls(square, longest, chunk)
-    })?;
-    let efficiency = efficiency(&operators, chunk, bench.problem);
-    let chunk_sweep = run_if(wanted(Section::Sweep), || {
-        bench.sweep(SWEEP_CHUNKS.map(|c| (SWEEP_TIME, c, segment)))
-    })?;
-    let segment_sweep = run_if(wanted(Section::Sweep), || {
-        bench.sweep(SWEEP_SEGMENTS.map(|s| (SEGMENT_SWEEP_TIME, chunk, s)))
-    })?;
-    Ok(Report {
-        device: args.device.clone(),
-        quick: args.quick,
-        chunk,
-        segment,
-        batch: bench.problem.batch,
-        heads: bench.problem.heads,
-        d: bench.problem.d,
-        dv: bench.problem.d,
-        gates: bench.gates.name().into(),
-        tensor_cores: args.tensor_cores.on,
-        train,
-        operators,
-        decode,
-        matmul,
-        efficiency,
-        chunk_sweep,
-        segment_sweep,
-        cost,
-    })
-}
-
-fn run_if<T>(wanted: bool, f: impl FnOnce() -> Result<Vec<T>>) -> Result<Vec<T>> {
-    if wanted { f() } else { Ok(Vec::new()) }
 }
 
 struct Bench {

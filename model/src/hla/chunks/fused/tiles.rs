@@ -192,7 +192,7 @@ pub(crate) fn scale_in_place(
 mod tests {
     use burn::backend::Dispatch;
     use burn::prelude::*;
-    use burn::tensor::{DeviceKind, Distribution};
+    use burn::tensor::Distribution;
 
     use crate::agreement::relative_rms_error;
     use crate::backend::{TensorCores, set_tensor_cores};
@@ -206,8 +206,7 @@ mod tests {
     /// a per-head decay (p = 3).
     #[test]
     fn the_tiles_are_the_register_kernels_output() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
-        let _bounds = crate::backend::gpu::guard::Scope::new();
+        let (device, _bounds) = crate::testing::guarded_wgpu();
         let (bs, h, time, c, d, dv) = (2, 3, 50, 32, 16, 32);
         let chunks = Chunks::new(time, c);
         let normal = Distribution::Normal(0.0, 1.0);

@@ -1,6 +1,6 @@
 use burn::backend::Dispatch;
 use burn::prelude::*;
-use burn::tensor::{DeviceKind, Distribution};
+use burn::tensor::Distribution;
 
 use super::super::{Grads, MomentGrads, Sums};
 use crate::agreement::relative_rms_error;
@@ -148,8 +148,7 @@ fn tiles(o: &Operands, decay: &Decay<5>, power: u32, sums: Sums) -> Vec<Tensor<5
 /// earlier kernel's), and with a per-head decay (p = 3).
 #[test]
 fn the_tiles_are_the_composed_gradients() {
-    let device = Device::wgpu(DeviceKind::DefaultDevice);
-    let _bounds = crate::backend::gpu::guard::Scope::new();
+    let (device, _bounds) = crate::testing::guarded_wgpu();
     let (bs, h, time, c, d) = (2, 2, 70, 48, 16);
     let chunks = Chunks::new(time, c);
     let normal = Distribution::Normal(0.0, 1.0);
