@@ -32,12 +32,18 @@
 # Environment: HLA_GPU_FEATURES, the features --build compiles in (default "wgpu cuda";
 # cuda through scripts/cuda-build.sh, about 30 minutes cold); HLA_GPU_DEVICES, the devices
 # in order (default "cuda wgpu"); HLA_GPU_BENCH_SCALE, a whole number that multiplies every
-# step's time limit (default 1); on a machine with PyTorch, scripts/gpu-reference.py
-# measures the references (PyTorch's attention, flash-linear-attention when it imports,
-# hla2's chunk decomposition in PyTorch) into experiments/bench/gpu-reference/.
+# step's time limit (default 1); HLA_GPU_BENCH_OUT, the folder written in place of
+# experiments/bench; on a machine with PyTorch, scripts/gpu-reference.py measures the
+# references (PyTorch's attention, flash-linear-attention when it imports, hla2's chunk
+# decomposition in PyTorch) into experiments/bench/gpu-reference/.
 #
 # Without a GPU, wgpu may open Mesa's software driver (lavapipe) instead: point
-# VK_ICD_FILENAMES at the GPU's Vulkan driver to be sure.
+# VK_ICD_FILENAMES at the GPU's Vulkan driver to be sure. A rehearsal there checks that
+# every step starts (each then runs out of time; about 8 minutes) without writing over the
+# repository's results:
+#
+#   HLA_GPU_FEATURES=wgpu scripts/gpu-bench.sh --build
+#   HLA_GPU_DEVICES=wgpu HLA_GPU_BENCH_OUT=/tmp/rehearsal scripts/gpu-bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=.gpu/hla-gpu.tar.xz
@@ -95,6 +101,7 @@ devices="${HLA_GPU_DEVICES:-cuda wgpu}"
 # Seconds per step: 200 for the values, then 9 minutes for the rest at most (a GPU
 # machine's command may have 10 minutes: the last steps may not be reached).
 scale="${HLA_GPU_BENCH_SCALE:-1}"
+results="${HLA_GPU_BENCH_OUT:-experiments/bench}"
 limit() { echo $(($1 * scale)); }
 
 # libdevice for the cuda device (cubecl links it into kernels that call exp): a CUDA
@@ -108,10 +115,10 @@ if [ -z "${CUDA_PATH:-}" ] && [ -e .gpu/cuda/nvvm/libdevice/libdevice.10.bc ]; t
     [ "$found" = 1 ] || export CUDA_PATH="$PWD/.gpu/cuda"
 fi
 
-mkdir -p experiments/bench
+mkdir -p "$results"
 if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
-        >experiments/bench/gpu-machine.txt 2>&1 || true
+        >"$results/gpu-machine.txt" 2>&1 || true
 fi
 
 # First the values, on every device at once (they took 2 to 3 minutes each on an H200,
@@ -128,7 +135,7 @@ check() {
     echo "$rc" >"$name.rc"
 }
 for device in $devices; do
-    out="experiments/bench/gpu-$device"
+    out="$results/gpu-$device"
     mkdir -p "$out"
     if [ "$device" = wgpu ] && [ -x .gpu/tests/model-wgpu ]; then
         { timeout "$(limit 200)" .gpu/tests/model-wgpu --test-threads 1 >"$out/tests.txt" 2>&1 ||
@@ -158,7 +165,7 @@ present=()
 # time (cuda compiles every kernel through LLVM) changes nothing.
 no_cores=()
 for device in $devices; do
-    out="experiments/bench/gpu-$device"
+    out="$results/gpu-$device"
     cat "$out/tests.txt" "$out/verify.txt" "$out/verify-node.txt" 2>/dev/null || true
     if ! grep -q "^operator" "$out/verify.txt" 2>/dev/null; then
         echo "gpu-bench: $device: no such device here (see $out/verify.txt)" >&2
@@ -197,18 +204,18 @@ cores() { [[ " ${no_cores[*]} " == *" $1 "* ]] && echo "--tensor-cores off" || t
 operators() {
     timeout "$(limit 100)" "$hla" bench --device "$1" --quick --only operators,matmul \
         --composed --operator-shape 4,16,128 --time 2048 $(cores "$1") \
-        --operator hla2-chunked,linear-chunked,softmax --out "experiments/bench/gpu-$1/b4-h16-d128" ||
+        --operator hla2-chunked,linear-chunked,softmax --out "$results/gpu-$1/b4-h16-d128" ||
         echo "gpu-bench: $1 operators stopped (exit $?)" >&2
 }
 training() {
     timeout "$(limit 90)" "$hla" bench --device "$1" --quick --only train --composed \
-        --workload nanogpt,long $(cores "$1") --out "experiments/bench/gpu-$1/train" ||
+        --workload nanogpt,long $(cores "$1") --out "$results/gpu-$1/train" ||
         echo "gpu-bench: $1 training steps stopped (exit $?)" >&2
 }
 third_order() {
     timeout "$(limit 45)" "$hla" bench --device "$1" --quick --only operators --composed \
         --operator-shape 4,16,128 --time 2048 --operator hla3-chunked $(cores "$1") \
-        --out "experiments/bench/gpu-$1/b4-h16-d128-hla3" ||
+        --out "$results/gpu-$1/b4-h16-d128-hla3" ||
         echo "gpu-bench: $1 third order stopped (exit $?)" >&2
 }
 # hla2's node with its output step on the register tiles, against the tensor cores of the
@@ -217,14 +224,14 @@ no_tensor_cores() {
     [ "$1" = cuda ] && [ -z "$(cores "$1")" ] || return 0
     timeout "$(limit 30)" "$hla" bench --device "$1" --quick --only operators --form node \
         --operator-shape 4,16,128 --time 2048 --operator hla2-chunked --tensor-cores off \
-        --out "experiments/bench/gpu-$1/b4-h16-d128-no-tensor-cores" ||
+        --out "$results/gpu-$1/b4-h16-d128-no-tensor-cores" ||
         echo "gpu-bench: $1 node without tensor cores stopped (exit $?)" >&2
 }
 references() {
     python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null || return 0
-    mkdir -p experiments/bench/gpu-reference
+    mkdir -p "$results/gpu-reference"
     PYTHONUNBUFFERED=1 timeout "$(limit 80)" python3 scripts/gpu-reference.py \
-        --out experiments/bench/gpu-reference 2>&1 | tee experiments/bench/gpu-reference/log.txt ||
+        --out "$results/gpu-reference" 2>&1 | tee "$results/gpu-reference/log.txt" ||
         echo "gpu-bench: the references stopped" >&2
 }
 # The cost model at the same shape, with this GPU's peaks, to read the times above against.
@@ -232,7 +239,7 @@ cost() {
     local gpu=h200
     nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && gpu=h100
     timeout "$(limit 30)" "$hla" bench --device "$1" --only cost --gpu "$gpu" \
-        --out "experiments/bench/gpu-$1/cost" || echo "gpu-bench: $1 cost model stopped (exit $?)" >&2
+        --out "$results/gpu-$1/cost" || echo "gpu-bench: $1 cost model stopped (exit $?)" >&2
 }
 first="${present[0]:-}"
 others=("${present[@]:1}")
