@@ -21,6 +21,7 @@ use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::{LlvmTarget, PlironArtifact, PlironCompiler, PlironOptions};
 
 use crate::hla::chunks::fused::kernel::GatesCompilationArg;
+use crate::hla::chunks::fused::pass_kernel::Walk;
 use crate::hla::node::fused::kernel::Sums;
 
 /// `$module::$Kernel::new` (a kernel's launch definition) for `$units` units a cube on
@@ -183,6 +184,15 @@ fn sums(tied: bool, transposed: bool, gates: bool) -> Sums {
         gates,
         summed: gates,
     }
+}
+
+/// A decayed pass over the chunks forward, and back from zeros.
+fn walks() -> [Walk; 2] {
+    [false, true].map(|back| Walk {
+        decayed: true,
+        back,
+        zero_start: back,
+    })
 }
 
 /// The PTX of `kernel` for compute capability `arch`, as a CUDA 12.8 driver takes it.

@@ -1,8 +1,8 @@
 //! The node's kernels on CUDA cores (one unit per token or per state row) and its scans.
 
-use super::{C, D, assert_module, gates, ptx, sums};
+use super::{C, D, assert_module, gates, ptx, sums, walks};
 use crate::hla::chunks::fused::kernel::output_kernel;
-use crate::hla::chunks::fused::pass_kernel::{Walk, pass_kernel};
+use crate::hla::chunks::fused::pass_kernel::pass_kernel;
 use crate::hla::chunks::gates::kernel::log_decay_kernel;
 use crate::hla::chunks::gpu::scan_kernel;
 use crate::hla::node::fused::kernel::{Sums, grads_kernel};
@@ -54,12 +54,7 @@ fn the_output_and_moments_compile_to_ptx() {
 /// from zeros (`Qᵀ diag(a^p) ∂Y`).
 #[test]
 fn the_passes_compile_to_ptx() {
-    for back in [false, true] {
-        let walk = Walk {
-            decayed: true,
-            back,
-            zero_start: back,
-        };
+    for walk in walks() {
         let pass = kernel!(
             pass_kernel::PassKernel,
             256,

@@ -1,8 +1,7 @@
 //! The node's kernels on TF32 tensor cores (four warps a cube).
 
-use super::{C, D, assert_module, gates, ptx, sums};
+use super::{C, D, assert_module, gates, ptx, sums, walks};
 use crate::backend::gpu::mma::CUDA_TF32;
-use crate::hla::chunks::fused::pass_kernel::Walk;
 use crate::hla::chunks::fused::pass_tiles::pass_tiles_kernel;
 use crate::hla::chunks::fused::tiles::output_tiles_kernel;
 use crate::hla::node::fused::kernel::Sums;
@@ -50,12 +49,7 @@ fn the_moment_product_tiles_compile_to_ptx() {
 /// cube (as at d 128).
 #[test]
 fn the_pass_tiles_compile_to_ptx() {
-    for back in [false, true] {
-        let walk = Walk {
-            decayed: true,
-            back,
-            zero_start: back,
-        };
+    for walk in walks() {
         let pass = kernel!(
             pass_tiles_kernel::PassTilesKernel,
             128,
