@@ -1,7 +1,7 @@
 //! The attention's kernels as they launch at width 128: one row a unit, and on the tensor
 //! cores (four warps a cube, tiles of 64).
 
-use super::{D, assert_module, ptx};
+use super::{D, PRODUCTS, SHARED, assert_compiles};
 use crate::backend::gpu::mma::CUDA_TF32;
 use crate::lm::attention::gpu::kernel::{forward_kernel, key_grads, query_grads};
 use crate::lm::attention::gpu::tile_grads::{key_tiles, query_tiles};
@@ -9,8 +9,6 @@ use crate::lm::attention::gpu::tiles::forward_tiles;
 
 /// The tiles of queries and of keys.
 const TILE: usize = 64;
-const SHARED: [&str; 2] = [".shared", "bar.sync"];
-const PRODUCTS: [&str; 4] = [".shared", "bar.sync", "mma.sync", ".tf32"];
 
 #[test]
 fn the_attentions_row_kernels_compile_to_ptx() {
@@ -21,7 +19,7 @@ fn the_attentions_row_kernels_compile_to_ptx() {
         (), (), (), (),
         D, D, TILE, TILE, 1,
     );
-    assert_module("forward_kernel", &ptx(forward, 90), &SHARED);
+    assert_compiles("forward_kernel", forward, &SHARED);
     let dq = kernel!(
         query_grads::QueryGrads,
         TILE,
@@ -29,7 +27,7 @@ fn the_attentions_row_kernels_compile_to_ptx() {
         (), (), (), (),
         D, D, TILE, TILE, 1,
     );
-    assert_module("query_grads", &ptx(dq, 90), &SHARED);
+    assert_compiles("query_grads", dq, &SHARED);
     let dkv = kernel!(
         key_grads::KeyGrads,
         TILE,
@@ -37,7 +35,7 @@ fn the_attentions_row_kernels_compile_to_ptx() {
         (), (), (), (),
         D, D, TILE, 1,
     );
-    assert_module("key_grads", &ptx(dkv, 90), &SHARED);
+    assert_compiles("key_grads", dkv, &SHARED);
 }
 
 #[test]
@@ -49,7 +47,7 @@ fn the_attentions_tensor_core_tiles_compile_to_ptx() {
         (), (), (), (),
         D, D, TILE, TILE, CUDA_TF32,
     );
-    assert_module("forward_tiles", &ptx(forward, 90), &PRODUCTS);
+    assert_compiles("forward_tiles", forward, &PRODUCTS);
     let dq = kernel!(
         query_tiles::QueryTiles,
         128,
@@ -57,7 +55,7 @@ fn the_attentions_tensor_core_tiles_compile_to_ptx() {
         (), (), (), (),
         D, D, TILE, TILE, CUDA_TF32,
     );
-    assert_module("query_tiles", &ptx(dq, 90), &PRODUCTS);
+    assert_compiles("query_tiles", dq, &PRODUCTS);
     let dkv = kernel!(
         key_tiles::KeyTiles,
         128,
@@ -65,5 +63,5 @@ fn the_attentions_tensor_core_tiles_compile_to_ptx() {
         (), (), (), (),
         D, D, TILE, TILE, CUDA_TF32,
     );
-    assert_module("key_tiles", &ptx(dkv, 90), &PRODUCTS);
+    assert_compiles("key_tiles", dkv, &PRODUCTS);
 }

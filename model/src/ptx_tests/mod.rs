@@ -49,6 +49,10 @@ mod tiles;
 /// Tokens per chunk, and the head width of queries, keys and values.
 const C: usize = 64;
 const D: usize = 128;
+/// What a kernel that tiles through shared memory compiles to, and one whose tile
+/// products run on the TF32 tensor cores besides.
+const SHARED: [&str; 2] = [".shared", "bar.sync"];
+const PRODUCTS: [&str; 4] = [".shared", "bar.sync", "mma.sync", ".tf32"];
 
 /// Each unit's neighbour in the cube, through shared memory after a barrier,
 /// exponentiated (libdevice's `__nv_expf`).
@@ -217,9 +221,10 @@ fn ptx(kernel: impl CubeKernel, arch: u32) -> String {
         .into_owned()
 }
 
-/// Fails unless `ptx` (of the kernel `name`) is a whole module for sm_90 with an entry,
-/// every function it calls defined, and each of `expected` in it.
-fn assert_module(name: &str, ptx: &str, expected: &[&str]) {
+/// The PTX of `kernel` (named `name`) for sm_90; fails unless it is a whole module with
+/// an entry, every function it calls defined, and each of `expected` in it.
+fn assert_compiles(name: &str, kernel: impl CubeKernel, expected: &[&str]) -> String {
+    let ptx = ptx(kernel, 90);
     for want in [".target sm_90", ".entry"].iter().chain(expected) {
         assert!(ptx.contains(want), "{name}: no {want:?} in the PTX:\n{ptx}");
     }
@@ -227,6 +232,7 @@ fn assert_module(name: &str, ptx: &str, expected: &[&str]) {
         !ptx.contains(".extern .func"),
         "{name}: an unresolved function:\n{ptx}"
     );
+    ptx
 }
 
 #[test]
@@ -238,10 +244,9 @@ fn the_linked_llvm_compiles_a_kernel_to_ptx() {
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
     );
-    let ptx = ptx(kernel, 90);
-    assert_module(
+    let ptx = assert_compiles(
         "neighbour_exp",
-        &ptx,
+        kernel,
         &[".shared", "bar.sync", "ex2.approx"],
     );
     // libdevice was linked in: the module defines `__nv_expf`.
@@ -258,6 +263,5 @@ fn a_tf32_tensor_core_tile_compiles_to_ptx() {
         BufferCompilationArg { inplace: None },
         BufferCompilationArg { inplace: None },
     );
-    let ptx = ptx(kernel, 90);
-    assert_module("tf32_tile", &ptx, &["mma.sync", ".tf32"]);
+    assert_compiles("tf32_tile", kernel, &["mma.sync", ".tf32"]);
 }

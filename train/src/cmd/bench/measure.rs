@@ -17,7 +17,7 @@ pub(super) fn measure(args: &Args) -> Result<Report> {
     device.seed(args.seed);
     args.tensor_cores.apply();
     let bench = Bench {
-        device: device.clone(),
+        device,
         host_memory: args.device != "wgpu",
         problem: args.operator_shape,
         gates: args.gates,

@@ -10,6 +10,14 @@ use crate::backend::gpu::rows::{
 };
 use crate::hla::chunks::fused::kernel::{Gates, gate_start, log_decay, own_decays, own_rows};
 
+/// `len` zeros in registers.
+#[cube]
+fn zeros(#[comptime] len: usize) -> Array<f32> {
+    let mut x = Array::<f32>::new(len);
+    fill(&mut x, 0, len);
+    x
+}
+
 /// A chunk's widths (compile-time): `c` tokens, keys of `d`, values of `n`, `per_unit`
 /// tokens a unit, and whether it decays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,11 +61,6 @@ impl Unit {
         #[comptime] w: Widths,
     ) -> Unit {
         let gate = gate_start(block, gates, w.c);
-        let mut acc_q = Array::<f32>::new(comptime!(w.per_unit * w.d));
-        #[unroll]
-        for r in 0..w.per_unit {
-            fill(&mut acc_q, r * w.d, w.d);
-        }
         Unit {
             block,
             gate,
@@ -66,18 +69,18 @@ impl Unit {
             b_tau: own_decays(b, gate, w.c, w.per_unit, w.decayed),
             a_tau: own_rows(a, block, w.c, w.d, w.per_unit),
             u_tau: own_rows(u, block, w.c, w.n, w.per_unit),
-            acc_u: Array::<f32>::new(comptime!(w.per_unit * w.n)),
-            acc_a: Array::<f32>::new(comptime!(w.per_unit * w.d)),
-            acc_q,
-            db_tau: Array::<f32>::new(w.per_unit),
-            last_tau: Array::<f32>::new(w.per_unit),
+            acc_u: zeros(comptime!(w.per_unit * w.n)),
+            acc_a: zeros(comptime!(w.per_unit * w.d)),
+            acc_q: zeros(comptime!(w.per_unit * w.d)),
+            db_tau: zeros(w.per_unit),
+            last_tau: zeros(w.per_unit),
         }
     }
 
     /// `diag(e^p) A X` and `diag(e^p) U Xᵀ` of the state `X` after the chunk (`[d, n]` in
     /// `buf`): rows `τ` are `e^p_τ Σ_i a_τi x_i·` and `e^p_τ Σ_j u_τj x_·j`; with `gates`,
-    /// `e^p_τ ∂e^p_τ` (the first row against `u_τ`) starts `∂b_τ` and the part through
-    /// `b_last`.
+    /// `e^p_τ ∂e^p_τ` (row `τ` of `diag(e^p) A X` against `u_τ`) starts `∂b_τ` and the
+    /// part through `b_last`.
     pub(super) fn state_products(
         &mut self,
         buf: &Shared<[f32]>,
@@ -85,11 +88,6 @@ impl Unit {
         #[comptime] gates: bool,
     ) {
         let (d, n) = comptime!((w.d, w.n));
-        #[unroll]
-        for r in 0..w.per_unit {
-            fill(&mut self.acc_u, r * n, n);
-            fill(&mut self.acc_a, r * d, d);
-        }
         for i in 0..d {
             let x_i = shared_row(buf, i, n);
             #[unroll]
@@ -123,8 +121,6 @@ impl Unit {
             let e_p = (self.power * (self.b_last - self.b_tau[r])).exp();
             scale(&mut self.acc_u, r * n, e_p, n);
             scale(&mut self.acc_a, r * d, e_p, d);
-            self.db_tau[r] = 0.0;
-            self.last_tau[r] = 0.0;
             if gates {
                 let e_de = self.power * dot_at(&self.acc_u, r * n, &self.u_tau, r * n, n);
                 self.db_tau[r] = -e_de;
@@ -136,7 +132,6 @@ impl Unit {
     /// `Tᵀ ∂Y` into `∂U` and `Gᵀ Q` into `∂A`: columns `τ` of `T` and of `G = D^p ⊙ (∂Y
     /// Uᵀ)` over the tokens `σ ≥ τ` (`Q` in `rows`, `∂Y` in `buf`); with `gates`, the
     /// mask's column `τ` of `T ⊙ (∂Y Uᵀ)` taken from `∂b_τ`.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn column_products(
         &mut self,
         rows: &Shared<[f32]>,
@@ -153,8 +148,9 @@ impl Unit {
             let b_sigma = log_decay(b, self.gate, sigma, w.decayed);
             #[unroll]
             for r in 0..w.per_unit {
-                if sigma >= own_row(r, c, w.per_unit) {
-                    let t_st = t[(self.block * c + sigma) * c + own_row(r, c, w.per_unit)];
+                let tau = own_row(r, c, w.per_unit);
+                if sigma >= tau {
+                    let t_st = t[(self.block * c + sigma) * c + tau];
                     blend(&mut self.acc_u, r * n, 1.0f32, t_st, &dy_sigma, n);
                     let dy_u = dot(&self.u_tau, r * n, &dy_sigma, n);
                     let g = (p * (b_sigma - self.b_tau[r])).exp() * dy_u;
