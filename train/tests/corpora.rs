@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{ok, one_error, tiny_config};
+use common::{ok, one_error, read_json, tiny_config};
 
 /// `hla prepare`'s bytes per token of `split`.
 fn bytes_per_token(stdout: &str, split: &str) -> f64 {
@@ -88,8 +88,7 @@ fn a_bpe_corpus_split_by_documents_prepares_and_trains() {
         recorded.contains("split = \"documents\"") && recorded.contains("tokenizer = \"bpe:280\""),
         "{recorded}"
     );
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("data.json")).unwrap()).unwrap();
+    let meta: serde_json::Value = read_json(&run.join("data.json"));
     assert_eq!(
         meta["valid_documents"].as_array().unwrap().len(),
         3,

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{ok, read_safetensors, tiny_config, train};
+use common::{ok, read_json, read_safetensors, tiny_config, train};
 
 /// The run's parameters, through `hla export`.
 fn parameters(dir: &Path, run: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
@@ -48,8 +48,7 @@ fn step_losses(run: &Path, epochs: usize, per_step: usize) -> Vec<f64> {
 }
 
 fn final_loss(run: &Path) -> f64 {
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("metrics.json")).unwrap()).unwrap();
+    let metrics: serde_json::Value = read_json(&run.join("metrics.json"));
     metrics["validation"]["loss"].as_f64().unwrap()
 }
 

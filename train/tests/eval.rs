@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{hla, ok, one_error, tiny_config, train};
+use common::{hla, ok, one_error, read_json, tiny_config, train};
 
 /// A finished tiny run of `mixer` (context 32) with `sets` in `dir/name`.
 fn trained(dir: &Path, name: &str, mixer: &str, sets: &[&str]) -> PathBuf {
@@ -150,9 +150,7 @@ fn compare_draws_every_run_by_position() {
     for chart in ["loss-by-position-64.png", "loss-by-position-64.svg"] {
         assert!(folder.join(chart).exists(), "{chart}");
     }
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(folder.join("by-position-64.json")).unwrap())
-            .unwrap();
+    let json: serde_json::Value = read_json(&folder.join("by-position-64.json"));
     let runs = json["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{json}");
     assert_eq!(runs[1]["run"], "toy-linear");
@@ -178,9 +176,7 @@ fn compare_draws_every_run_by_position() {
     ];
     let log = ok(d, &again);
     assert!(log.contains("loss by position of 2 runs"), "{log}");
-    let reread: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(folder.join("by-position-64.json")).unwrap())
-            .unwrap();
+    let reread: serde_json::Value = read_json(&folder.join("by-position-64.json"));
     assert_eq!(reread["runs"][1], runs[1], "{reread}");
     std::fs::remove_file(&kept).unwrap();
     let output = hla(d, &again);

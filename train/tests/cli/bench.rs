@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::common::{hla, ok, tiny_config};
+use crate::common::{hla, ok, read_json, tiny_config};
 
 /// `hla bench --quick --only SECTION --json --out DIR`: the JSON on stdout (checked equal
 /// to `DIR/bench.json`) and `DIR/bench.md`.
@@ -15,8 +15,7 @@ fn quick_bench(section: &str, extra: &[&str]) -> (serde_json::Value, String) {
         &[&args[..], &[out.to_str().unwrap()], extra].concat(),
     );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
-    let written: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    let written: serde_json::Value = read_json(&out.join("bench.json"));
     assert_eq!(written, report);
     let tables = std::fs::read_to_string(out.join("bench.md")).unwrap();
     (report, tables)

@@ -15,7 +15,7 @@ use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use hla_model::lm::LmConfig;
 
-use common::{hla, ok, tiny_config};
+use common::{hla, ok, read_json, tiny_config};
 
 #[test]
 fn train_eval_generate_export_resume() {
@@ -179,10 +179,6 @@ fn resumes(data: &Path, run: &Path) {
         "{metrics}"
     );
     assert!(before > 0.0 && seconds > before, "{before} then {seconds}");
-}
-
-fn read_json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]

@@ -81,6 +81,11 @@ pub fn tiny_config(dir: &Path, mixer: &str) -> std::path::PathBuf {
     config
 }
 
+/// The JSON file at `path`.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// Every tensor of a safetensors file (float32), by name.
 pub fn read_safetensors(path: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
     let bytes = std::fs::read(path).unwrap();

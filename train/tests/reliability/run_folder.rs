@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{hla, ok, one_error, process_start, tiny_config, train};
+use crate::common::{hla, ok, one_error, process_start, read_json, tiny_config, train};
 
 /// Every file under `dir` with its bytes (`run.lock` aside: a refused command takes it).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -39,10 +39,6 @@ fn trained(dir: &Path, name: &str, steps: usize, interval: usize) -> PathBuf {
         name,
         &[&sets[..], &["--set", "train.keep_checkpoints=20"]].concat(),
     )
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// A resume that would change what the run is (its model, data, tokenizer, seed or batch
@@ -109,7 +105,7 @@ fn a_resume_starts_at_the_checkpoint_step_whatever_the_cadence() {
     ] {
         std::fs::remove_file(cut.join(file)).unwrap();
     }
-    assert_eq!(json(&cut.join("checkpoint/state-2.json"))["step"], 4);
+    assert_eq!(read_json(&cut.join("checkpoint/state-2.json"))["step"], 4);
     for (interval, log) in [("1", "resuming at step 4"), ("4", "resuming at step 4")] {
         let resumed = ok(
             d,
@@ -127,11 +123,11 @@ fn a_resume_starts_at_the_checkpoint_step_whatever_the_cadence() {
             "{resumed}"
         );
         assert_eq!(
-            json(&cut.join("metrics.json"))["validation"],
-            json(&whole.join("metrics.json"))["validation"],
+            read_json(&cut.join("metrics.json"))["validation"],
+            read_json(&whole.join("metrics.json"))["validation"],
             "interval {interval}: not the uninterrupted run's result"
         );
-        let history = json(&cut.join("history.json"));
+        let history = read_json(&cut.join("history.json"));
         let last = &history["segments"][1];
         assert_eq!(last["first_step"], 4, "{history}");
         assert_eq!(last["eval_interval"].to_string(), interval, "{history}");
@@ -273,7 +269,7 @@ fn a_corpus_folder_is_read_once_per_file() {
         .split_whitespace()
         .nth(1)
         .unwrap();
-    let meta = json(&Path::new(folder).join("meta.json"));
+    let meta = read_json(&Path::new(folder).join("meta.json"));
     assert_eq!(meta["files"], 2, "{meta}");
     assert_eq!(meta["documents"], 2, "{meta}");
     let read: Vec<&str> = meta["read"]
