@@ -20,6 +20,26 @@ fn bytes_per_token(stdout: &str, split: &str) -> f64 {
     line.split_whitespace().nth(3).unwrap().parse().unwrap()
 }
 
+/// One document cannot be split by documents: a usage error.
+#[test]
+fn a_corpus_of_one_document_cannot_split_by_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_config(dir.path(), "hla2");
+    let args = [
+        "prepare",
+        "--config",
+        config.to_str().unwrap(),
+        "--set",
+        "data.split=documents",
+    ];
+    let one = common::hla(&dir.path().join("data"), &args);
+    one_error(
+        &one,
+        2,
+        &["data.split must be \"tail\" for a corpus of one document"],
+    );
+}
+
 #[test]
 fn a_bpe_corpus_split_by_documents_prepares_and_trains() {
     let dir = tempfile::tempdir().unwrap();
@@ -47,23 +67,6 @@ fn a_bpe_corpus_split_by_documents_prepares_and_trains() {
         d.join("more.jsonl").display().to_string()
     );
     let config = config.to_str().unwrap();
-    // One document cannot be split by documents: a usage error.
-    let one = common::hla(
-        &data,
-        &[
-            "prepare",
-            "--config",
-            config,
-            "--set",
-            "data.split=documents",
-        ],
-    );
-    one_error(
-        &one,
-        2,
-        &["data.split must be \"tail\" for a corpus of one document"],
-    );
-
     let mut args = vec!["prepare", "--config", config, "--set", &corpus];
     args.extend(sets);
     let out = ok(&data, &args);
@@ -109,10 +112,7 @@ fn a_bpe_corpus_split_by_documents_prepares_and_trains() {
             export,
         ],
     );
-    let tokenizer: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(export).join("tokenizer.json")).unwrap(),
-    )
-    .unwrap();
+    let tokenizer = read_json(&Path::new(export).join("tokenizer.json"));
     assert_eq!(tokenizer["kind"], "hf");
     assert_eq!(tokenizer["hf"]["model"]["type"], "BPE");
 }

@@ -117,6 +117,104 @@ pub(crate) fn forward(
     store(packed, sequences * time * dv + seq * len, ws, pw, len);
 }
 
+/// Where a backward cube keeps, in its workspace, its chunk (`q`, `k`, `v`, `b`), the
+/// products `A`, `B`, the start state `[P | E]` and its gradient `[∂P | ∂E]`, `∂O`,
+/// `diag(e) K`, `∂B`, `H`, `diag(a) ∂O`, `diag(a) ∂B`, a scaled copy `t1` (of width `dv`)
+/// and the chunk's `∂Q`, `∂K`, `∂V`: the backward half of [`workspace`].
+#[derive(CubeType, Clone, Copy)]
+struct Backward {
+    qw: usize,
+    kw: usize,
+    vw: usize,
+    bw: usize,
+    aw: usize,
+    bmw: usize,
+    pw: usize,
+    ew: usize,
+    dpw: usize,
+    dew: usize,
+    gw: usize,
+    ekw: usize,
+    dbw: usize,
+    hm: usize,
+    agw: usize,
+    adbw: usize,
+    t1: usize,
+    dqw: usize,
+    dkw: usize,
+    dvw: usize,
+}
+
+/// [`Backward`] from `base`, for chunks of `chunk`.
+#[cube]
+#[rustfmt::skip]
+fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
+    let kw = base + chunk * d;
+    let vw = kw + chunk * d;
+    let bw = vw + chunk * dv;
+    let aw = bw + chunk;
+    let bmw = aw + chunk * chunk;
+    let pw = bmw + chunk * dv;
+    let ew = pw + d * dv;
+    let dpw = ew + d * dv;
+    let dew = dpw + d * dv;
+    let gw = dew + d * dv;
+    let ekw = gw + chunk * dv;
+    let dbw = ekw + chunk * d;
+    let hm = dbw + chunk * dv;
+    let agw = hm + chunk * chunk;
+    let adbw = agw + chunk * dv;
+    let t1 = adbw + chunk * dv;
+    let dqw = t1 + chunk * dv;
+    let dkw = dqw + chunk * d;
+    let dvw = dkw + chunk * d;
+    Backward {
+        qw: base, kw, vw, bw, aw, bmw, pw, ew, dpw, dew, gw, ekw, dbw, hm, agw, adbw, t1, dqw,
+        dkw, dvw
+    }
+}
+
+/// The chunk's `∂B`, `∂Q`, `∂K`, `∂V` (`c` tokens) from its products, `∂O` and the
+/// gradient of the state after it.
+#[cube]
+#[rustfmt::skip]
+fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
+    // ∂B = Aᵀ ∂O + diag(e) K ∂E.
+    scale_rows(ws, w.ekw, w.kw, c, d, w.bw, UNTIL_END, 1.0);
+    matmul(ws, rows(w.dbw, dv), rows(w.ekw, d), rows(w.dew, dv), c, dv, d, false);
+    matmul(ws, rows(w.dbw, dv), transposed(w.aw, c), rows(w.gw, dv), c, dv, c, true);
+    // H = (∂O Bᵀ + ∂B Vᵀ) ⊙ D.
+    matmul(ws, rows(w.hm, c), rows(w.gw, dv), transposed(w.bmw, dv), c, c, dv, false);
+    matmul(ws, rows(w.hm, c), rows(w.dbw, dv), transposed(w.vw, dv), c, c, dv, true);
+    mask(ws, w.hm, c, w.bw, 1.0);
+    // ∂Q = diag(a) (∂O Eᵀ + ∂B Pᵀ) + H K.
+    scale_rows(ws, w.agw, w.gw, c, dv, w.bw, SINCE_START, 1.0);
+    scale_rows(ws, w.adbw, w.dbw, c, dv, w.bw, SINCE_START, 1.0);
+    matmul(ws, rows(w.dqw, d), rows(w.agw, dv), transposed(w.ew, dv), c, d, dv, false);
+    matmul(ws, rows(w.dqw, d), rows(w.adbw, dv), transposed(w.pw, dv), c, d, dv, true);
+    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.kw, d), c, d, c, true);
+    // ∂K = Hᵀ Q + diag(e) (B ∂Eᵀ + V ∂Pᵀ).
+    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.qw, d), c, d, c, false);
+    scale_rows(ws, w.t1, w.bmw, c, dv, w.bw, UNTIL_END, 1.0);
+    matmul(ws, rows(w.dkw, d), rows(w.t1, dv), transposed(w.dew, dv), c, d, dv, true);
+    scale_rows(ws, w.t1, w.vw, c, dv, w.bw, UNTIL_END, 1.0);
+    matmul(ws, rows(w.dkw, d), rows(w.t1, dv), transposed(w.dpw, dv), c, d, dv, true);
+    // ∂V = Aᵀ ∂B + diag(e) K ∂P.
+    matmul(ws, rows(w.dvw, dv), transposed(w.aw, c), rows(w.dbw, dv), c, dv, c, false);
+    matmul(ws, rows(w.dvw, dv), rows(w.ekw, d), rows(w.dpw, dv), c, dv, d, true);
+}
+
+/// The gradient of the state before the chunk: `∂E ← ρ ∂E + Qᵀ diag(a) ∂O`,
+/// `∂P ← ρ ∂P + Qᵀ diag(a) ∂B` (`diag(a) ∂O` in `agw`, `diag(a) ∂B` in `adbw`).
+#[cube]
+#[rustfmt::skip]
+fn state_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
+    let r = rho(ws, w.bw, c, 1.0);
+    scale(ws, w.dpw, 2 * d * dv, r);
+    matmul(ws, rows(w.dew, dv), transposed(w.qw, d), rows(w.agw, dv), d, dv, c, true);
+    matmul(ws, rows(w.dpw, dv), transposed(w.qw, d), rows(w.adbw, dv), d, dv, c, true);
+}
+
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
 /// `∂v` and the initial state's gradient.
 #[cube(launch)]
@@ -148,69 +246,24 @@ pub(crate) fn backward(
     }
     let len = 2 * d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let aw = bw + chunk;
-    let bmw = aw + chunk * chunk;
-    let pw = bmw + chunk * dv;
-    let ew = pw + d * dv;
-    let dpw = ew + d * dv;
-    let dew = dpw + d * dv;
-    let gw = dew + d * dv;
-    let ekw = gw + chunk * dv;
-    let dbw = ekw + chunk * d;
-    let hm = dbw + chunk * dv;
-    let agw = hm + chunk * chunk;
-    let adbw = agw + chunk * dv;
-    let t1 = adbw + chunk * dv;
-    let dqw = t1 + chunk * dv;
-    let dkw = dqw + chunk * d;
-    let dvw = dkw + chunk * d;
+    let w = backward_layout(seq * ws.stride(0), chunk, d, dv);
     let g0 = gates_of(seq, n);
-    load(ws, dpw, grad, sequences * time * dv + seq * len, len);
+    load(ws, w.dpw, grad, sequences * time * dv + seq * len, len);
     for back in 0..chunks {
         let i = chunks - 1 - back;
         let c0 = i * chunk;
         let c = span(i, chunk, time);
-        load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
-        load(ws, pw, starts, (seq * chunks + i) * len, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
-        products(ws, qw, kw, vw, pw, aw, bmw, c, d, dv, bw);
-        // ∂B = Aᵀ ∂O + diag(e) K ∂E.
-        scale_rows(ws, ekw, kw, c, d, bw, UNTIL_END, 1.0);
-        matmul(ws, rows(dbw, dv), rows(ekw, d), rows(dew, dv), c, dv, d, false);
-        matmul(ws, rows(dbw, dv), transposed(aw, c), rows(gw, dv), c, dv, c, true);
-        // H = (∂O Bᵀ + ∂B Vᵀ) ⊙ D.
-        matmul(ws, rows(hm, c), rows(gw, dv), transposed(bmw, dv), c, c, dv, false);
-        matmul(ws, rows(hm, c), rows(dbw, dv), transposed(vw, dv), c, c, dv, true);
-        mask(ws, hm, c, bw, 1.0);
-        // ∂Q = diag(a) (∂O Eᵀ + ∂B Pᵀ) + H K.
-        scale_rows(ws, agw, gw, c, dv, bw, SINCE_START, 1.0);
-        scale_rows(ws, adbw, dbw, c, dv, bw, SINCE_START, 1.0);
-        matmul(ws, rows(dqw, d), rows(agw, dv), transposed(ew, dv), c, d, dv, false);
-        matmul(ws, rows(dqw, d), rows(adbw, dv), transposed(pw, dv), c, d, dv, true);
-        matmul(ws, rows(dqw, d), rows(hm, c), rows(kw, d), c, d, c, true);
-        // ∂K = Hᵀ Q + diag(e) (B ∂Eᵀ + V ∂Pᵀ).
-        matmul(ws, rows(dkw, d), transposed(hm, c), rows(qw, d), c, d, c, false);
-        scale_rows(ws, t1, bmw, c, dv, bw, UNTIL_END, 1.0);
-        matmul(ws, rows(dkw, d), rows(t1, dv), transposed(dew, dv), c, d, dv, true);
-        scale_rows(ws, t1, vw, c, dv, bw, UNTIL_END, 1.0);
-        matmul(ws, rows(dkw, d), rows(t1, dv), transposed(dpw, dv), c, d, dv, true);
-        // ∂V = Aᵀ ∂B + diag(e) K ∂P.
-        matmul(ws, rows(dvw, dv), transposed(aw, c), rows(dbw, dv), c, dv, c, false);
-        matmul(ws, rows(dvw, dv), rows(ekw, d), rows(dpw, dv), c, dv, d, true);
-        store(dq, (seq * time + c0) * d, ws, dqw, c * d);
-        store(dk, (seq * time + c0) * d, ws, dkw, c * d);
-        store(dv_out, (seq * time + c0) * dv, ws, dvw, c * dv);
-        // ∂E ← ρ ∂E + Qᵀ diag(a) ∂O,  ∂P ← ρ ∂P + Qᵀ diag(a) ∂B.
-        let r = rho(ws, bw, c, 1.0);
-        scale(ws, dpw, len, r);
-        matmul(ws, rows(dew, dv), transposed(qw, d), rows(agw, dv), d, dv, c, true);
-        matmul(ws, rows(dpw, dv), transposed(qw, d), rows(adbw, dv), d, dv, c, true);
+        load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
+        load(ws, w.pw, starts, (seq * chunks + i) * len, len);
+        load_chunk(ws, w.qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        products(ws, w.qw, w.kw, w.vw, w.pw, w.aw, w.bmw, c, d, dv, w.bw);
+        chunk_grads(ws, &w, c, d, dv);
+        store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
+        store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);
+        store(dv_out, (seq * time + c0) * dv, ws, w.dvw, c * dv);
+        state_grads(ws, &w, c, d, dv);
     }
-    store(dstate, seq * len, ws, dpw, len);
+    store(dstate, seq * len, ws, w.dpw, len);
 }
 
 crate::hla::gpu::gpu_kernels!(super::state_len);

@@ -213,6 +213,19 @@ pub(crate) fn hadamard(x: &[f32], y: &[f32]) -> Vec<f32> {
     out
 }
 
+/// `X + Xᵀ` of a square `x` (`n × n`): the gradient a product with `X` on both sides
+/// (`K X Kᵀ`, the state `S`) gives it.
+#[inline(always)]
+pub(crate) fn symmetrized(x: &[f32], n: usize) -> Vec<f32> {
+    let mut out = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            out[i * n + j] = x[i * n + j] + x[j * n + i];
+        }
+    }
+    out
+}
+
 /// `x ← f · x`.
 #[inline(always)]
 pub(crate) fn scale(x: &mut [f32], f: f32) {

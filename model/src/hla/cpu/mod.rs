@@ -15,7 +15,7 @@ mod ops;
 
 pub(crate) use decay::{
     ChunkDecay, DecayGrads, Decays, Power, apply_mask, hadamard, row_dots, scale, scale_rows,
-    scaled_rows,
+    scaled_rows, symmetrized,
 };
 pub(crate) use driver::{CpuChunked, backward_head, each_head, forward_head};
 pub(crate) use ops::HlaCpuOps;

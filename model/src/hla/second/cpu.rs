@@ -28,7 +28,7 @@ use crate::backend::gemm::{Layout, matmul};
 use crate::backend::simd::{dot, exp, multiversion};
 use crate::hla::cpu::{
     ChunkDecay, ChunkSizes, DecayGrads, Decays, Grads, HeadInput, HeadKernels, decayed_scores,
-    hadamard, mat_vec, row_dots, scale, scale_rows, scaled_rows, state_rows, vec_mat,
+    hadamard, mat_vec, row_dots, scale, scale_rows, scaled_rows, state_rows, symmetrized, vec_mat,
 };
 
 /// One chunk's products that the backward pass recomputes: `W`, `A`, `P`, `diag(e²) V`
@@ -149,12 +149,7 @@ multiversion! {
             let dkc = &mut out.k[c0 * d..][..c * d];
             matmul((c, d, c), dkc, (&pr.w, Layout::transposed(c)), (&da, Layout::rows(d)), false);
             matmul((c, d, c), dkc, (&hm, Layout::transposed(c)), (q, Layout::rows(d)), true);
-            let mut sym = vec![0.0; d * d];
-            for i in 0..d {
-                for j in 0..d {
-                    sym[i * d + j] = ds[i * d + j] + ds[j * d + i];
-                }
-            }
+            let sym = symmetrized(ds, d);
             matmul((c, d, d), dkc, (&pr.ek, Layout::rows(d)), (&sym, Layout::rows(d)), true);
             if let Some(dg) = out.gates.as_deref_mut() {
                 let mut grads = DecayGrads::new(c);

@@ -125,6 +125,111 @@ pub(crate) fn forward(
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
 }
 
+/// Where a backward cube keeps, in its workspace, its chunk (`q`, `k`, `v`, `b`), the
+/// products `W`, `P`, `A`, the start state `[S | Z]` and its gradient `[∂S | ∂Z]`, `∂O`,
+/// `G`, `H`, `∂A`, three scaled copies (`t1`, `t2` of width `d`, `tv` of `dv`) and the
+/// chunk's `∂Q`, `∂K`, `∂V`: the backward half of [`workspace`].
+#[derive(CubeType, Clone, Copy)]
+struct Backward {
+    qw: usize,
+    kw: usize,
+    vw: usize,
+    bw: usize,
+    ww: usize,
+    pw: usize,
+    aw: usize,
+    sw: usize,
+    zw: usize,
+    dsw: usize,
+    dzw: usize,
+    gw: usize,
+    gm: usize,
+    hm: usize,
+    daw: usize,
+    t1: usize,
+    t2: usize,
+    tv: usize,
+    dqw: usize,
+    dkw: usize,
+    dvw: usize,
+}
+
+/// [`Backward`] from `base`, for chunks of `chunk`.
+#[cube]
+#[rustfmt::skip]
+fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
+    let kw = base + chunk * d;
+    let vw = kw + chunk * d;
+    let bw = vw + chunk * dv;
+    let ww = bw + chunk;
+    let pw = ww + chunk * chunk;
+    let aw = pw + chunk * chunk;
+    let sw = aw + chunk * d;
+    let zw = sw + d * d;
+    let dsw = zw + d * dv;
+    let dzw = dsw + d * d;
+    let gw = dzw + d * dv;
+    let gm = gw + chunk * dv;
+    let hm = gm + chunk * chunk;
+    let daw = hm + chunk * chunk;
+    let t1 = daw + chunk * d;
+    let t2 = t1 + chunk * d;
+    let tv = t2 + chunk * d;
+    let dqw = tv + chunk * dv;
+    let dkw = dqw + chunk * d;
+    let dvw = dkw + chunk * d;
+    Backward {
+        qw: base, kw, vw, bw, ww, pw, aw, sw, zw, dsw, dzw, gw, gm, hm, daw, t1, t2, tv, dqw, dkw,
+        dvw
+    }
+}
+
+/// The chunk's `∂V`, `∂A`, `∂Q`, `∂K` (`c` tokens) from its products, `∂O` and the
+/// gradient of the state after it.
+#[cube]
+#[rustfmt::skip]
+fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
+    // G = (∂O Vᵀ) ⊙ D².
+    matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.vw, dv), c, c, dv, false);
+    mask(ws, w.gm, c, w.bw, 2.0);
+    // ∂V = Pᵀ ∂O + diag(e²) A ∂Z.
+    scale_rows(ws, w.t1, w.aw, c, d, w.bw, UNTIL_END, 2.0);
+    matmul(ws, rows(w.dvw, dv), transposed(w.pw, c), rows(w.gw, dv), c, dv, c, false);
+    matmul(ws, rows(w.dvw, dv), rows(w.t1, d), rows(w.dzw, dv), c, dv, d, true);
+    // ∂A = Gᵀ Q + diag(e²) V ∂Zᵀ.
+    scale_rows(ws, w.tv, w.vw, c, dv, w.bw, UNTIL_END, 2.0);
+    matmul(ws, rows(w.daw, d), transposed(w.gm, c), rows(w.qw, d), c, d, c, false);
+    matmul(ws, rows(w.daw, d), rows(w.tv, dv), transposed(w.dzw, dv), c, d, dv, true);
+    // H = (∂A Kᵀ) ⊙ D.
+    matmul(ws, rows(w.hm, c), rows(w.daw, d), transposed(w.kw, d), c, c, d, false);
+    mask(ws, w.hm, c, w.bw, 1.0);
+    // ∂Q = diag(a²) ∂O Zᵀ + G A + diag(a) ∂A S + H K.
+    scale_rows(ws, w.tv, w.gw, c, dv, w.bw, SINCE_START, 2.0);
+    scale_rows(ws, w.t2, w.daw, c, d, w.bw, SINCE_START, 1.0);
+    matmul(ws, rows(w.dqw, d), rows(w.tv, dv), transposed(w.zw, dv), c, d, dv, false);
+    matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.aw, d), c, d, c, true);
+    matmul(ws, rows(w.dqw, d), rows(w.t2, d), rows(w.sw, d), c, d, d, true);
+    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.kw, d), c, d, c, true);
+    // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ).
+    scale_rows(ws, w.t1, w.kw, c, d, w.bw, UNTIL_END, 1.0);
+    matmul(ws, rows(w.dkw, d), transposed(w.ww, c), rows(w.daw, d), c, d, c, false);
+    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.qw, d), c, d, c, true);
+    matmul(ws, rows(w.dkw, d), rows(w.t1, d), rows(w.dsw, d), c, d, d, true);
+    matmul(ws, rows(w.dkw, d), rows(w.t1, d), transposed(w.dsw, d), c, d, d, true);
+}
+
+/// The gradient of the state before the chunk: `∂S ← ρ ∂S + (diag(a) ∂A)ᵀ Q`,
+/// `∂Z ← ρ² ∂Z + Qᵀ diag(a²) ∂O` (`diag(a) ∂A` in `t2`, `diag(a²) ∂O` in `tv`).
+#[cube]
+#[rustfmt::skip]
+fn state_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
+    let r = rho(ws, w.bw, c, 1.0);
+    scale(ws, w.dsw, d * d, r);
+    matmul(ws, rows(w.dsw, d), transposed(w.t2, d), rows(w.qw, d), d, d, c, true);
+    scale(ws, w.dzw, d * dv, r * r);
+    matmul(ws, rows(w.dzw, dv), transposed(w.qw, d), rows(w.tv, dv), d, dv, c, true);
+}
+
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
 /// `∂v` and the initial state's gradient.
 #[cube(launch)]
@@ -156,75 +261,24 @@ pub(crate) fn backward(
     }
     let len = d * d + d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let ww = bw + chunk;
-    let pw = ww + chunk * chunk;
-    let aw = pw + chunk * chunk;
-    let sw = aw + chunk * d;
-    let zw = sw + d * d;
-    let dsw = zw + d * dv;
-    let dzw = dsw + d * d;
-    let gw = dzw + d * dv;
-    let gm = gw + chunk * dv;
-    let hm = gm + chunk * chunk;
-    let daw = hm + chunk * chunk;
-    let t1 = daw + chunk * d;
-    let t2 = t1 + chunk * d;
-    let tv = t2 + chunk * d;
-    let dqw = tv + chunk * dv;
-    let dkw = dqw + chunk * d;
-    let dvw = dkw + chunk * d;
+    let w = backward_layout(seq * ws.stride(0), chunk, d, dv);
     let g0 = gates_of(seq, n);
-    load(ws, dsw, grad, sequences * time * dv + seq * len, len);
+    load(ws, w.dsw, grad, sequences * time * dv + seq * len, len);
     for back in 0..chunks {
         let i = chunks - 1 - back;
         let c0 = i * chunk;
         let c = span(i, chunk, time);
-        load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
-        load(ws, sw, starts, (seq * chunks + i) * len, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
-        products(ws, qw, kw, sw, ww, aw, pw, c, d, bw);
-        // G = (∂O Vᵀ) ⊙ D².
-        matmul(ws, rows(gm, c), rows(gw, dv), transposed(vw, dv), c, c, dv, false);
-        mask(ws, gm, c, bw, 2.0);
-        // ∂V = Pᵀ ∂O + diag(e²) A ∂Z.
-        scale_rows(ws, t1, aw, c, d, bw, UNTIL_END, 2.0);
-        matmul(ws, rows(dvw, dv), transposed(pw, c), rows(gw, dv), c, dv, c, false);
-        matmul(ws, rows(dvw, dv), rows(t1, d), rows(dzw, dv), c, dv, d, true);
-        // ∂A = Gᵀ Q + diag(e²) V ∂Zᵀ.
-        scale_rows(ws, tv, vw, c, dv, bw, UNTIL_END, 2.0);
-        matmul(ws, rows(daw, d), transposed(gm, c), rows(qw, d), c, d, c, false);
-        matmul(ws, rows(daw, d), rows(tv, dv), transposed(dzw, dv), c, d, dv, true);
-        // H = (∂A Kᵀ) ⊙ D.
-        matmul(ws, rows(hm, c), rows(daw, d), transposed(kw, d), c, c, d, false);
-        mask(ws, hm, c, bw, 1.0);
-        // ∂Q = diag(a²) ∂O Zᵀ + G A + diag(a) ∂A S + H K.
-        scale_rows(ws, tv, gw, c, dv, bw, SINCE_START, 2.0);
-        scale_rows(ws, t2, daw, c, d, bw, SINCE_START, 1.0);
-        matmul(ws, rows(dqw, d), rows(tv, dv), transposed(zw, dv), c, d, dv, false);
-        matmul(ws, rows(dqw, d), rows(gm, c), rows(aw, d), c, d, c, true);
-        matmul(ws, rows(dqw, d), rows(t2, d), rows(sw, d), c, d, d, true);
-        matmul(ws, rows(dqw, d), rows(hm, c), rows(kw, d), c, d, c, true);
-        // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ).
-        scale_rows(ws, t1, kw, c, d, bw, UNTIL_END, 1.0);
-        matmul(ws, rows(dkw, d), transposed(ww, c), rows(daw, d), c, d, c, false);
-        matmul(ws, rows(dkw, d), transposed(hm, c), rows(qw, d), c, d, c, true);
-        matmul(ws, rows(dkw, d), rows(t1, d), rows(dsw, d), c, d, d, true);
-        matmul(ws, rows(dkw, d), rows(t1, d), transposed(dsw, d), c, d, d, true);
-        store(dq, (seq * time + c0) * d, ws, dqw, c * d);
-        store(dk, (seq * time + c0) * d, ws, dkw, c * d);
-        store(dv_out, (seq * time + c0) * dv, ws, dvw, c * dv);
-        // ∂S ← ρ ∂S + (diag(a) ∂A)ᵀ Q,  ∂Z ← ρ² ∂Z + Qᵀ diag(a²) ∂O.
-        let r = rho(ws, bw, c, 1.0);
-        scale(ws, dsw, d * d, r);
-        matmul(ws, rows(dsw, d), transposed(t2, d), rows(qw, d), d, d, c, true);
-        scale(ws, dzw, d * dv, r * r);
-        matmul(ws, rows(dzw, dv), transposed(qw, d), rows(tv, dv), d, dv, c, true);
+        load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
+        load(ws, w.sw, starts, (seq * chunks + i) * len, len);
+        load_chunk(ws, w.qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        products(ws, w.qw, w.kw, w.sw, w.ww, w.aw, w.pw, c, d, w.bw);
+        chunk_grads(ws, &w, c, d, dv);
+        store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
+        store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);
+        store(dv_out, (seq * time + c0) * dv, ws, w.dvw, c * dv);
+        state_grads(ws, &w, c, d, dv);
     }
-    store(dstate, seq * len, ws, dsw, len);
+    store(dstate, seq * len, ws, w.dsw, len);
 }
 
 crate::hla::gpu::gpu_kernels!(super::state_len);

@@ -125,6 +125,133 @@ pub(crate) fn forward(
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
 }
 
+/// Where a backward cube keeps, in its workspace, its chunk (`q`, `k`, `v`, `b`), the
+/// products `W`, `A`, `B`, `T`, the start state `[S | P | Y]` and its gradient
+/// `[∂S | ∂P | ∂Y]`, `∂O`, `G`, `H`, `∂A`, `∂B`, five scaled copies (`t1`, `t2` of width
+/// `d`, `tv1` to `tv3` of `dv`) and the chunk's `∂Q`, `∂K`, `∂V`: the backward half of
+/// [`workspace`].
+#[derive(CubeType, Clone, Copy)]
+struct Backward {
+    qw: usize,
+    kw: usize,
+    vw: usize,
+    bw: usize,
+    ww: usize,
+    aw: usize,
+    bmw: usize,
+    tw: usize,
+    sw: usize,
+    pw: usize,
+    yw: usize,
+    dsw: usize,
+    dpw: usize,
+    dyw: usize,
+    gw: usize,
+    gm: usize,
+    hm: usize,
+    daw: usize,
+    dbw: usize,
+    t1: usize,
+    t2: usize,
+    tv1: usize,
+    tv2: usize,
+    tv3: usize,
+    dqw: usize,
+    dkw: usize,
+    dvw: usize,
+}
+
+/// [`Backward`] from `base`, for chunks of `chunk`.
+#[cube]
+#[rustfmt::skip]
+fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
+    let kw = base + chunk * d;
+    let vw = kw + chunk * d;
+    let bw = vw + chunk * dv;
+    let ww = bw + chunk;
+    let aw = ww + chunk * chunk;
+    let bmw = aw + chunk * d;
+    let tw = bmw + chunk * dv;
+    let sw = tw + chunk * chunk;
+    let pw = sw + d * d;
+    let yw = pw + d * dv;
+    let dsw = yw + d * dv;
+    let dpw = dsw + d * d;
+    let dyw = dpw + d * dv;
+    let gw = dyw + d * dv;
+    let gm = gw + chunk * dv;
+    let hm = gm + chunk * chunk;
+    let daw = hm + chunk * chunk;
+    let dbw = daw + chunk * d;
+    let t1 = dbw + chunk * dv;
+    let t2 = t1 + chunk * d;
+    let tv1 = t2 + chunk * d;
+    let tv2 = tv1 + chunk * dv;
+    let tv3 = tv2 + chunk * dv;
+    let dqw = tv3 + chunk * dv;
+    let dkw = dqw + chunk * d;
+    let dvw = dkw + chunk * d;
+    Backward {
+        qw: base, kw, vw, bw, ww, aw, bmw, tw, sw, pw, yw, dsw, dpw, dyw, gw, gm, hm, daw, dbw,
+        t1, t2, tv1, tv2, tv3, dqw, dkw, dvw
+    }
+}
+
+/// The chunk's `∂B`, `∂A`, `∂Q`, `∂K`, `∂V` (`c` tokens) from its products, `∂O` and the
+/// gradient of the state after it.
+#[cube]
+#[rustfmt::skip]
+fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
+    // G = (∂O Bᵀ) ⊙ D³.
+    matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.bmw, dv), c, c, dv, false);
+    mask(ws, w.gm, c, w.bw, 3.0);
+    // ∂B = Tᵀ ∂O + diag(e³) A ∂Y,  ∂A = Gᵀ Q + diag(e³) B ∂Yᵀ.
+    scale_rows(ws, w.t1, w.aw, c, d, w.bw, UNTIL_END, 3.0);
+    scale_rows(ws, w.tv1, w.bmw, c, dv, w.bw, UNTIL_END, 3.0);
+    matmul(ws, rows(w.dbw, dv), rows(w.t1, d), rows(w.dyw, dv), c, dv, d, false);
+    matmul(ws, rows(w.dbw, dv), transposed(w.tw, c), rows(w.gw, dv), c, dv, c, true);
+    matmul(ws, rows(w.daw, d), transposed(w.gm, c), rows(w.qw, d), c, d, c, false);
+    matmul(ws, rows(w.daw, d), rows(w.tv1, dv), transposed(w.dyw, dv), c, d, dv, true);
+    // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D.
+    matmul(ws, rows(w.hm, c), rows(w.daw, d), transposed(w.kw, d), c, c, d, false);
+    matmul(ws, rows(w.hm, c), rows(w.dbw, dv), transposed(w.vw, dv), c, c, dv, true);
+    mask(ws, w.hm, c, w.bw, 1.0);
+    // ∂Q = diag(a³) ∂O Yᵀ + G A + diag(a) (∂A S + ∂B Pᵀ) + H K.
+    scale_rows(ws, w.tv2, w.gw, c, dv, w.bw, SINCE_START, 3.0);
+    scale_rows(ws, w.t2, w.daw, c, d, w.bw, SINCE_START, 1.0);
+    scale_rows(ws, w.tv3, w.dbw, c, dv, w.bw, SINCE_START, 1.0);
+    matmul(ws, rows(w.dqw, d), rows(w.tv2, dv), transposed(w.yw, dv), c, d, dv, false);
+    matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.aw, d), c, d, c, true);
+    matmul(ws, rows(w.dqw, d), rows(w.t2, d), rows(w.sw, d), c, d, d, true);
+    matmul(ws, rows(w.dqw, d), rows(w.tv3, dv), transposed(w.pw, dv), c, d, dv, true);
+    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.kw, d), c, d, c, true);
+    // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ) + diag(e) V ∂Pᵀ.
+    scale_rows(ws, w.t1, w.kw, c, d, w.bw, UNTIL_END, 1.0);
+    scale_rows(ws, w.tv1, w.vw, c, dv, w.bw, UNTIL_END, 1.0);
+    matmul(ws, rows(w.dkw, d), transposed(w.ww, c), rows(w.daw, d), c, d, c, false);
+    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.qw, d), c, d, c, true);
+    matmul(ws, rows(w.dkw, d), rows(w.t1, d), rows(w.dsw, d), c, d, d, true);
+    matmul(ws, rows(w.dkw, d), rows(w.t1, d), transposed(w.dsw, d), c, d, d, true);
+    matmul(ws, rows(w.dkw, d), rows(w.tv1, dv), transposed(w.dpw, dv), c, d, dv, true);
+    // ∂V = Wᵀ ∂B + diag(e) K ∂P.
+    matmul(ws, rows(w.dvw, dv), transposed(w.ww, c), rows(w.dbw, dv), c, dv, c, false);
+    matmul(ws, rows(w.dvw, dv), rows(w.t1, d), rows(w.dpw, dv), c, dv, d, true);
+}
+
+/// The gradient of the state before the chunk: `∂Y ← ρ³ ∂Y + Qᵀ diag(a³) ∂O`,
+/// `∂S ← ρ ∂S + (diag(a) ∂A)ᵀ Q`, `∂P ← ρ ∂P + Qᵀ diag(a) ∂B` (`diag(a³) ∂O` in `tv2`,
+/// `diag(a) ∂A` in `t2`, `diag(a) ∂B` in `tv3`).
+#[cube]
+#[rustfmt::skip]
+fn state_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
+    let r = rho(ws, w.bw, c, 1.0);
+    scale(ws, w.dsw, d * d + d * dv, r);
+    scale(ws, w.dyw, d * dv, r * r * r);
+    matmul(ws, rows(w.dyw, dv), transposed(w.qw, d), rows(w.tv2, dv), d, dv, c, true);
+    matmul(ws, rows(w.dsw, d), transposed(w.t2, d), rows(w.qw, d), d, d, c, true);
+    matmul(ws, rows(w.dpw, dv), transposed(w.qw, d), rows(w.tv3, dv), d, dv, c, true);
+}
+
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
 /// `∂v` and the initial state's gradient.
 #[cube(launch)]
@@ -156,89 +283,24 @@ pub(crate) fn backward(
     }
     let len = d * d + 2 * d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let ww = bw + chunk;
-    let aw = ww + chunk * chunk;
-    let bmw = aw + chunk * d;
-    let tw = bmw + chunk * dv;
-    let sw = tw + chunk * chunk;
-    let pw = sw + d * d;
-    let yw = pw + d * dv;
-    let dsw = yw + d * dv;
-    let dpw = dsw + d * d;
-    let dyw = dpw + d * dv;
-    let gw = dyw + d * dv;
-    let gm = gw + chunk * dv;
-    let hm = gm + chunk * chunk;
-    let daw = hm + chunk * chunk;
-    let dbw = daw + chunk * d;
-    let t1 = dbw + chunk * dv;
-    let t2 = t1 + chunk * d;
-    let tv1 = t2 + chunk * d;
-    let tv2 = tv1 + chunk * dv;
-    let tv3 = tv2 + chunk * dv;
-    let dqw = tv3 + chunk * dv;
-    let dkw = dqw + chunk * d;
-    let dvw = dkw + chunk * d;
+    let w = backward_layout(seq * ws.stride(0), chunk, d, dv);
     let g0 = gates_of(seq, n);
-    load(ws, dsw, grad, sequences * time * dv + seq * len, len);
+    load(ws, w.dsw, grad, sequences * time * dv + seq * len, len);
     for back in 0..chunks {
         let i = chunks - 1 - back;
         let c0 = i * chunk;
         let c = span(i, chunk, time);
-        load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
-        load(ws, sw, starts, (seq * chunks + i) * len, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
-        products(ws, qw, kw, vw, sw, ww, c, chunk, d, dv, bw);
-        // G = (∂O Bᵀ) ⊙ D³.
-        matmul(ws, rows(gm, c), rows(gw, dv), transposed(bmw, dv), c, c, dv, false);
-        mask(ws, gm, c, bw, 3.0);
-        // ∂B = Tᵀ ∂O + diag(e³) A ∂Y,  ∂A = Gᵀ Q + diag(e³) B ∂Yᵀ.
-        scale_rows(ws, t1, aw, c, d, bw, UNTIL_END, 3.0);
-        scale_rows(ws, tv1, bmw, c, dv, bw, UNTIL_END, 3.0);
-        matmul(ws, rows(dbw, dv), rows(t1, d), rows(dyw, dv), c, dv, d, false);
-        matmul(ws, rows(dbw, dv), transposed(tw, c), rows(gw, dv), c, dv, c, true);
-        matmul(ws, rows(daw, d), transposed(gm, c), rows(qw, d), c, d, c, false);
-        matmul(ws, rows(daw, d), rows(tv1, dv), transposed(dyw, dv), c, d, dv, true);
-        // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D.
-        matmul(ws, rows(hm, c), rows(daw, d), transposed(kw, d), c, c, d, false);
-        matmul(ws, rows(hm, c), rows(dbw, dv), transposed(vw, dv), c, c, dv, true);
-        mask(ws, hm, c, bw, 1.0);
-        // ∂Q = diag(a³) ∂O Yᵀ + G A + diag(a) (∂A S + ∂B Pᵀ) + H K.
-        scale_rows(ws, tv2, gw, c, dv, bw, SINCE_START, 3.0);
-        scale_rows(ws, t2, daw, c, d, bw, SINCE_START, 1.0);
-        scale_rows(ws, tv3, dbw, c, dv, bw, SINCE_START, 1.0);
-        matmul(ws, rows(dqw, d), rows(tv2, dv), transposed(yw, dv), c, d, dv, false);
-        matmul(ws, rows(dqw, d), rows(gm, c), rows(aw, d), c, d, c, true);
-        matmul(ws, rows(dqw, d), rows(t2, d), rows(sw, d), c, d, d, true);
-        matmul(ws, rows(dqw, d), rows(tv3, dv), transposed(pw, dv), c, d, dv, true);
-        matmul(ws, rows(dqw, d), rows(hm, c), rows(kw, d), c, d, c, true);
-        // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ) + diag(e) V ∂Pᵀ.
-        scale_rows(ws, t1, kw, c, d, bw, UNTIL_END, 1.0);
-        scale_rows(ws, tv1, vw, c, dv, bw, UNTIL_END, 1.0);
-        matmul(ws, rows(dkw, d), transposed(ww, c), rows(daw, d), c, d, c, false);
-        matmul(ws, rows(dkw, d), transposed(hm, c), rows(qw, d), c, d, c, true);
-        matmul(ws, rows(dkw, d), rows(t1, d), rows(dsw, d), c, d, d, true);
-        matmul(ws, rows(dkw, d), rows(t1, d), transposed(dsw, d), c, d, d, true);
-        matmul(ws, rows(dkw, d), rows(tv1, dv), transposed(dpw, dv), c, d, dv, true);
-        // ∂V = Wᵀ ∂B + diag(e) K ∂P.
-        matmul(ws, rows(dvw, dv), transposed(ww, c), rows(dbw, dv), c, dv, c, false);
-        matmul(ws, rows(dvw, dv), rows(t1, d), rows(dpw, dv), c, dv, d, true);
-        store(dq, (seq * time + c0) * d, ws, dqw, c * d);
-        store(dk, (seq * time + c0) * d, ws, dkw, c * d);
-        store(dv_out, (seq * time + c0) * dv, ws, dvw, c * dv);
-        // ∂Y ← ρ³ ∂Y + Qᵀ diag(a³) ∂O,  ∂S ← ρ ∂S + (diag(a) ∂A)ᵀ Q,  ∂P ← ρ ∂P + Qᵀ diag(a) ∂B.
-        let r = rho(ws, bw, c, 1.0);
-        scale(ws, dsw, d * d + d * dv, r);
-        scale(ws, dyw, d * dv, r * r * r);
-        matmul(ws, rows(dyw, dv), transposed(qw, d), rows(tv2, dv), d, dv, c, true);
-        matmul(ws, rows(dsw, d), transposed(t2, d), rows(qw, d), d, d, c, true);
-        matmul(ws, rows(dpw, dv), transposed(qw, d), rows(tv3, dv), d, dv, c, true);
+        load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
+        load(ws, w.sw, starts, (seq * chunks + i) * len, len);
+        load_chunk(ws, w.qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        products(ws, w.qw, w.kw, w.vw, w.sw, w.ww, c, chunk, d, dv, w.bw);
+        chunk_grads(ws, &w, c, d, dv);
+        store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
+        store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);
+        store(dv_out, (seq * time + c0) * dv, ws, w.dvw, c * dv);
+        state_grads(ws, &w, c, d, dv);
     }
-    store(dstate, seq * len, ws, dsw, len);
+    store(dstate, seq * len, ws, w.dsw, len);
 }
 
 crate::hla::gpu::gpu_kernels!(super::state_len);

@@ -262,17 +262,22 @@ fn row(mixer: &str, form: &str, steps: &[hla_model::bench::cost::Step], peaks: P
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl Peaks {
     /// A step's roofline time: max(compute time, memory time), a hand-written kernel's
-    /// compute at its cubes' share of the SMs.
+    /// compute and bandwidth at its cubes' share of the SMs. A cube reads through its
+    /// SM's loads in flight: a cube of 256 units (8 warps of an SM's 64) keeps a few KiB
+    /// in flight, which over the memory's ~0.6 µs latency is about an SM's share of the
+    /// bandwidth (3.35 TB/s over 132 SMs is 25 GB/s), so idle SMs leave theirs unused.
     fn seconds(&self, step: &hla_model::bench::cost::Step) -> f64 {
         use hla_model::bench::cost::Engine;
         let share = |cubes: usize| (cubes as f64 / self.sms as f64).min(1.0);
-        let compute = match step.engine {
-            Engine::Matmul => self.tf32,
-            Engine::Memory => self.fp32,
-            Engine::Kernel { cubes } => self.fp32 * share(cubes),
-            Engine::TensorKernel { cubes } => self.tf32 * share(cubes),
+        let (compute, bandwidth) = match step.engine {
+            Engine::Matmul => (self.tf32, self.bandwidth),
+            Engine::Memory => (self.fp32, self.bandwidth),
+            Engine::Kernel { cubes } => (self.fp32 * share(cubes), self.bandwidth * share(cubes)),
+            Engine::TensorKernel { cubes } => {
+                (self.tf32 * share(cubes), self.bandwidth * share(cubes))
+            }
         };
-        (step.flops / compute).max(step.bytes / self.bandwidth)
+        (step.flops / compute).max(step.bytes / bandwidth)
     }
 }
 
@@ -338,4 +343,41 @@ fn render_parts(md: &mut String, cost: &Cost) {
 fn figures(launches: usize, flops: f64, bytes: f64, roofline_ms: f64) -> String {
     let (gflop, gb) = (flops / 1e9, bytes / 1e9);
     format!("{launches} | {gflop:.2} | {gb:.3} | {roofline_ms:.3}")
+}
+
+#[cfg(all(test, any(feature = "wgpu", feature = "cuda")))]
+mod tests {
+    use hla_model::bench::cost::{Engine, Step};
+
+    use super::*;
+
+    fn step(engine: Engine, flops: f64, bytes: f64) -> Step {
+        Step {
+            engine,
+            launches: 1,
+            flops,
+            bytes,
+            kernel: None,
+        }
+    }
+
+    /// A kernel of half the SMs' cubes computes and reads at half the GPU's peaks; a
+    /// kernel filling them, and Burn's ops, at the whole.
+    #[test]
+    fn a_kernel_of_few_cubes_reads_and_computes_at_its_share() {
+        let peaks = Gpu::H100.peaks();
+        let (flops, bytes) = (1e9, 1e9);
+        let memory = |engine| peaks.seconds(&step(engine, 0.0, bytes));
+        let whole = bytes / 3.35e12;
+        assert_eq!(memory(Engine::Memory), whole);
+        assert_eq!(memory(Engine::Kernel { cubes: 264 }), whole);
+        assert_eq!(memory(Engine::Kernel { cubes: 66 }), 2.0 * whole);
+        assert_eq!(memory(Engine::TensorKernel { cubes: 66 }), 2.0 * whole);
+        let compute = |engine| peaks.seconds(&step(engine, flops, 0.0));
+        assert_eq!(compute(Engine::Kernel { cubes: 66 }), 2.0 * flops / 66.9e12);
+        assert_eq!(
+            compute(Engine::TensorKernel { cubes: 132 }),
+            flops / 494.7e12
+        );
+    }
 }

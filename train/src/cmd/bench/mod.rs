@@ -13,6 +13,7 @@ mod operators;
 mod render;
 mod steps;
 mod sweep;
+mod workloads;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -108,7 +109,7 @@ pub struct Args {
     /// width 256, 4 layers, batch 16 of 256), `wide` (the same at width 512, 8 layers, 8
     /// heads, batch 8 of 512) or `gutenberg` (the Gutenberg study's model: vocabulary 8192,
     /// width 256, 4 layers, batch 8 of 512, and its two hybrids) (default: all).
-    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(steps::WORKLOAD_NAMES))]
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(workloads::WORKLOAD_NAMES))]
     workload: Vec<String>,
     /// Cost section: batch, heads, sequence length and head width, `B,H,T,D` (`d = dv`;
     /// the default is flash-linear-attention's benchmark shape); the chunk is `--chunk`.

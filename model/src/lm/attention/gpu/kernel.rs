@@ -158,6 +158,23 @@ pub(crate) fn forward_kernel(
     }
 }
 
+/// `D = ∂O · O` of row `row` (rows of `dv`): the term every score's gradient of that
+/// query subtracts.
+#[cube]
+pub(super) fn delta_of(
+    grad: &Tensor<f32>,
+    o: &Tensor<f32>,
+    row: usize,
+    #[comptime] dv: usize,
+) -> f32 {
+    let mut sum = 0.0f32;
+    #[unroll]
+    for x in 0..dv {
+        sum += grad[row * dv + x] * o[row * dv + x];
+    }
+    sum
+}
+
 /// `∂q` of every query row and `delta = rowsum(∂O ⊙ O)`, from the saved `lse`; the
 /// forward's grid and tiles.
 #[cube(launch)]
@@ -201,11 +218,7 @@ pub(crate) fn query_grads(
         di[r] = 0.0;
         li[r] = 0.0;
         if active {
-            let mut sum = 0.0f32;
-            #[unroll]
-            for x in 0..dv {
-                sum += g[r * dv + x] * o[(base + i) * dv + x];
-            }
+            let sum = delta_of(grad, o, base + i, dv);
             di[r] = sum;
             delta[base + i] = sum;
             li[r] = lse[base + i];

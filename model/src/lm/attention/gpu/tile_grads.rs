@@ -14,7 +14,7 @@
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
 
-use super::kernel::{first_seeing, load_tile, tile_keys, tile_of, visible};
+use super::kernel::{delta_of, first_seeing, load_tile, tile_keys, tile_of, visible};
 use super::tiles::{accumulate, times_transposed, zero};
 use crate::backend::gpu::mma::Mma;
 
@@ -80,9 +80,7 @@ pub(crate) fn query_tiles(
         let i = t * rows + r;
         let mut sum = 0.0f32;
         if i < queries {
-            for x in 0..dv {
-                sum += grad[(base + i) * dv + x] * o[(base + i) * dv + x];
-            }
+            sum = delta_of(grad, o, base + i, dv);
             delta[base + i] = sum;
         }
         ds[r] = sum;
