@@ -84,23 +84,20 @@ pub(crate) fn forward(
     }
     let len = 2 * d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let aw = bw + chunk;
+    let x = chunk_at(seq * ws.stride(0), n);
+    let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
+    let aw = x.end;
     let bmw = aw + chunk * chunk;
     let ow = bmw + chunk * dv;
     let pw = ow + chunk * dv;
     let ew = pw + d * dv;
     let ekw = ew + d * dv;
-    let g0 = gates_of(seq, n);
     load(ws, pw, state, seq * len, len);
     for i in 0..chunks {
         let c0 = i * chunk;
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, pw, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
         products(ws, qw, kw, vw, pw, aw, bmw, c, d, dv, bw);
         // O = diag(a) Q E + A B.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(ew, dv), c, dv, d, false);
@@ -117,16 +114,13 @@ pub(crate) fn forward(
     store(packed, sequences * time * dv + seq * len, ws, pw, len);
 }
 
-/// Where a backward cube keeps, in its workspace, its chunk (`q`, `k`, `v`, `b`), the
+/// Where a backward cube keeps, in its workspace, its chunk (`x`: `q`, `k`, `v`, `b`), the
 /// products `A`, `B`, the start state `[P | E]` and its gradient `[∂P | ∂E]`, `∂O`,
 /// `diag(e) K`, `∂B`, `H`, `diag(a) ∂O`, `diag(a) ∂B`, a scaled copy `t1` (of width `dv`)
 /// and the chunk's `∂Q`, `∂K`, `∂V`: the backward half of [`workspace`].
 #[derive(CubeType, Clone, Copy)]
 struct Backward {
-    qw: usize,
-    kw: usize,
-    vw: usize,
-    bw: usize,
+    x: ChunkAt,
     aw: usize,
     bmw: usize,
     pw: usize,
@@ -145,14 +139,11 @@ struct Backward {
     dvw: usize,
 }
 
-/// [`Backward`] from `base`, for chunks of `chunk`.
+/// [`Backward`] after the chunk at `x`, for chunks of `chunk`.
 #[cube]
 #[rustfmt::skip]
-fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
-    let kw = base + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let aw = bw + chunk;
+fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
+    let aw = x.end;
     let bmw = aw + chunk * chunk;
     let pw = bmw + chunk * dv;
     let ew = pw + d * dv;
@@ -169,8 +160,7 @@ fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
     Backward {
-        qw: base, kw, vw, bw, aw, bmw, pw, ew, dpw, dew, gw, ekw, dbw, hm, agw, adbw, t1, dqw,
-        dkw, dvw
+        x, aw, bmw, pw, ew, dpw, dew, gw, ekw, dbw, hm, agw, adbw, t1, dqw, dkw, dvw
     }
 }
 
@@ -180,24 +170,24 @@ fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
 #[rustfmt::skip]
 fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
     // ∂B = Aᵀ ∂O + diag(e) K ∂E.
-    scale_rows(ws, w.ekw, w.kw, c, d, w.bw, UNTIL_END, 1.0);
+    scale_rows(ws, w.ekw, w.x.kw, c, d, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dbw, dv), rows(w.ekw, d), rows(w.dew, dv), c, dv, d, false);
     matmul(ws, rows(w.dbw, dv), transposed(w.aw, c), rows(w.gw, dv), c, dv, c, true);
     // H = (∂O Bᵀ + ∂B Vᵀ) ⊙ D.
     matmul(ws, rows(w.hm, c), rows(w.gw, dv), transposed(w.bmw, dv), c, c, dv, false);
-    matmul(ws, rows(w.hm, c), rows(w.dbw, dv), transposed(w.vw, dv), c, c, dv, true);
-    mask(ws, w.hm, c, w.bw, 1.0);
+    matmul(ws, rows(w.hm, c), rows(w.dbw, dv), transposed(w.x.vw, dv), c, c, dv, true);
+    mask(ws, w.hm, c, w.x.bw, 1.0);
     // ∂Q = diag(a) (∂O Eᵀ + ∂B Pᵀ) + H K.
-    scale_rows(ws, w.agw, w.gw, c, dv, w.bw, SINCE_START, 1.0);
-    scale_rows(ws, w.adbw, w.dbw, c, dv, w.bw, SINCE_START, 1.0);
+    scale_rows(ws, w.agw, w.gw, c, dv, w.x.bw, SINCE_START, 1.0);
+    scale_rows(ws, w.adbw, w.dbw, c, dv, w.x.bw, SINCE_START, 1.0);
     matmul(ws, rows(w.dqw, d), rows(w.agw, dv), transposed(w.ew, dv), c, d, dv, false);
     matmul(ws, rows(w.dqw, d), rows(w.adbw, dv), transposed(w.pw, dv), c, d, dv, true);
-    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.kw, d), c, d, c, true);
+    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.x.kw, d), c, d, c, true);
     // ∂K = Hᵀ Q + diag(e) (B ∂Eᵀ + V ∂Pᵀ).
-    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.qw, d), c, d, c, false);
-    scale_rows(ws, w.t1, w.bmw, c, dv, w.bw, UNTIL_END, 1.0);
+    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.x.qw, d), c, d, c, false);
+    scale_rows(ws, w.t1, w.bmw, c, dv, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dkw, d), rows(w.t1, dv), transposed(w.dew, dv), c, d, dv, true);
-    scale_rows(ws, w.t1, w.vw, c, dv, w.bw, UNTIL_END, 1.0);
+    scale_rows(ws, w.t1, w.x.vw, c, dv, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dkw, d), rows(w.t1, dv), transposed(w.dpw, dv), c, d, dv, true);
     // ∂V = Aᵀ ∂B + diag(e) K ∂P.
     matmul(ws, rows(w.dvw, dv), transposed(w.aw, c), rows(w.dbw, dv), c, dv, c, false);
@@ -209,10 +199,10 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
 #[cube]
 #[rustfmt::skip]
 fn state_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
-    let r = rho(ws, w.bw, c, 1.0);
+    let r = rho(ws, w.x.bw, c, 1.0);
     scale(ws, w.dpw, 2 * d * dv, r);
-    matmul(ws, rows(w.dew, dv), transposed(w.qw, d), rows(w.agw, dv), d, dv, c, true);
-    matmul(ws, rows(w.dpw, dv), transposed(w.qw, d), rows(w.adbw, dv), d, dv, c, true);
+    matmul(ws, rows(w.dew, dv), transposed(w.x.qw, d), rows(w.agw, dv), d, dv, c, true);
+    matmul(ws, rows(w.dpw, dv), transposed(w.x.qw, d), rows(w.adbw, dv), d, dv, c, true);
 }
 
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
@@ -246,8 +236,7 @@ pub(crate) fn backward(
     }
     let len = 2 * d * dv;
     let chunks = time.div_ceil(chunk);
-    let w = backward_layout(seq * ws.stride(0), chunk, d, dv);
-    let g0 = gates_of(seq, n);
+    let w = backward_layout(chunk_at(seq * ws.stride(0), n), chunk, d, dv);
     load(ws, w.dpw, grad, sequences * time * dv + seq * len, len);
     for back in 0..chunks {
         let i = chunks - 1 - back;
@@ -255,8 +244,8 @@ pub(crate) fn backward(
         let c = span(i, chunk, time);
         load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, w.pw, starts, (seq * chunks + i) * len, len);
-        load_chunk(ws, w.qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
-        products(ws, w.qw, w.kw, w.vw, w.pw, w.aw, w.bmw, c, d, dv, w.bw);
+        load_chunk(ws, &w.x, q, k, v, log_g, seq, i, n);
+        products(ws, w.x.qw, w.x.kw, w.x.vw, w.pw, w.aw, w.bmw, c, d, dv, w.x.bw);
         chunk_grads(ws, &w, c, d, dv);
         store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);

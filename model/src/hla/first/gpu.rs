@@ -55,20 +55,17 @@ pub(crate) fn forward(
     }
     let len = d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let mw = bw + chunk;
+    let x = chunk_at(seq * ws.stride(0), n);
+    let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
+    let mw = x.end;
     let ow = mw + chunk * chunk;
     let sw = ow + chunk * dv;
-    let g0 = gates_of(seq, n);
     load(ws, sw, state, seq * len, len);
     for i in 0..chunks {
         let c0 = i * chunk;
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, sw, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
         // M = (Q Kᵀ) ⊙ D.
         matmul(ws, rows(mw, c), rows(qw, d), transposed(kw, d), c, c, d, false);
         mask(ws, mw, c, bw, 1.0);
@@ -117,11 +114,9 @@ pub(crate) fn backward(
     }
     let len = d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let sw = bw + chunk;
+    let x = chunk_at(seq * ws.stride(0), n);
+    let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
+    let sw = x.end;
     let dsw = sw + len;
     let gw = dsw + len;
     let mw = gw + chunk * dv;
@@ -131,7 +126,6 @@ pub(crate) fn backward(
     let dqw = t2 + chunk * d;
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
-    let g0 = gates_of(seq, n);
     load(ws, dsw, grad, sequences * time * dv + seq * len, len);
     for back in 0..chunks {
         let i = chunks - 1 - back;
@@ -139,7 +133,7 @@ pub(crate) fn backward(
         let c = span(i, chunk, time);
         load(ws, gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, sw, starts, (seq * chunks + i) * len, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
         // G = (∂O Vᵀ) ⊙ D.
         matmul(ws, rows(hw, c), rows(gw, dv), transposed(vw, dv), c, c, dv, false);
         mask(ws, hw, c, bw, 1.0);

@@ -98,31 +98,55 @@ pub(crate) fn cumulate(ws: &mut Tensor<f32>, b: usize, log_g: &Tensor<f32>, src:
     sync_storage();
 }
 
-/// A chunk of `c` tokens from row `row` of `q`, `k` (`d` wide) and `v` (`dv` wide), and its
-/// `b` from the gates at `log_g[gate..]`, into the workspace from `qw`: `Q`, `K`
-/// `[chunk, d]`, `V [chunk, dv]` and `b [chunk]` one after the other.
+/// Where a cube keeps its chunk in its row of the workspace: `Q`, `K` `[chunk, d]`,
+/// `V [chunk, dv]` and `b [chunk]` one after the other from the row's start, and the
+/// order's own buffers from `end`.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct ChunkAt {
+    pub(crate) qw: usize,
+    pub(crate) kw: usize,
+    pub(crate) vw: usize,
+    pub(crate) bw: usize,
+    pub(crate) end: usize,
+}
+
+/// [`ChunkAt`] in the workspace row that starts at `qw`.
+#[cube]
+pub(crate) fn chunk_at(qw: usize, n: &Dims) -> ChunkAt {
+    let kw = qw + n.chunk * n.d;
+    let vw = kw + n.chunk * n.d;
+    let bw = vw + n.chunk * n.dv;
+    ChunkAt {
+        qw,
+        kw,
+        vw,
+        bw,
+        end: bw + n.chunk,
+    }
+}
+
+/// Chunk `i` of sequence-and-head `seq` (its `c` tokens of `q`, `k`, `v`, and `b` from its
+/// gates in `log_g`) into the workspace at `x`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn load_chunk(
     ws: &mut Tensor<f32>,
-    qw: usize,
+    x: &ChunkAt,
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
     log_g: &Tensor<f32>,
-    row: usize,
-    gate: usize,
-    c: usize,
-    chunk: usize,
-    d: usize,
-    dv: usize,
+    seq: usize,
+    i: usize,
+    n: &Dims,
 ) {
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    load(ws, qw, q, row * d, c * d);
-    load(ws, kw, k, row * d, c * d);
-    load(ws, vw, v, row * dv, c * dv);
-    cumulate(ws, vw + chunk * dv, log_g, gate, c);
+    let c0 = i * n.chunk;
+    let c = span(i, n.chunk, n.time);
+    let row = seq * n.time + c0;
+    load(ws, x.qw, q, row * n.d, c * n.d);
+    load(ws, x.kw, k, row * n.d, c * n.d);
+    load(ws, x.vw, v, row * n.dv, c * n.dv);
+    cumulate(ws, x.bw, log_g, gates_of(seq, n) + c0, c);
 }
 
 /// The decay factor `kind` (`SINCE_START`, `UNTIL_END`, else none) to the power `p` at token
@@ -228,7 +252,7 @@ pub(crate) fn matmul(
 
 /// Where the gates of sequence-and-head `seq` start in `log_g [gb, gh, time]`.
 #[cube]
-pub(crate) fn gates_of(seq: usize, n: &Dims) -> usize {
+fn gates_of(seq: usize, n: &Dims) -> usize {
     gate_row(seq, n.heads, n.gb, n.gh) * n.time
 }
 

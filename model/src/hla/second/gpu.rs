@@ -88,11 +88,9 @@ pub(crate) fn forward(
     }
     let len = d * d + d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let ww = bw + chunk;
+    let x = chunk_at(seq * ws.stride(0), n);
+    let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
+    let ww = x.end;
     let pw = ww + chunk * chunk;
     let aw = pw + chunk * chunk;
     let ow = aw + chunk * d;
@@ -100,13 +98,12 @@ pub(crate) fn forward(
     let zw = sw + d * d;
     let ekw = zw + d * dv;
     let evw = ekw + chunk * d;
-    let g0 = gates_of(seq, n);
     load(ws, sw, state, seq * len, len);
     for i in 0..chunks {
         let c0 = i * chunk;
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, sw, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
         products(ws, qw, kw, sw, ww, aw, pw, c, d, bw);
         // O = diag(a²) Q Z + P V.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(zw, dv), c, dv, d, false);
@@ -125,16 +122,13 @@ pub(crate) fn forward(
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
 }
 
-/// Where a backward cube keeps, in its workspace, its chunk (`q`, `k`, `v`, `b`), the
+/// Where a backward cube keeps, in its workspace, its chunk (`x`: `q`, `k`, `v`, `b`), the
 /// products `W`, `P`, `A`, the start state `[S | Z]` and its gradient `[∂S | ∂Z]`, `∂O`,
 /// `G`, `H`, `∂A`, three scaled copies (`t1`, `t2` of width `d`, `tv` of `dv`) and the
 /// chunk's `∂Q`, `∂K`, `∂V`: the backward half of [`workspace`].
 #[derive(CubeType, Clone, Copy)]
 struct Backward {
-    qw: usize,
-    kw: usize,
-    vw: usize,
-    bw: usize,
+    x: ChunkAt,
     ww: usize,
     pw: usize,
     aw: usize,
@@ -154,14 +148,11 @@ struct Backward {
     dvw: usize,
 }
 
-/// [`Backward`] from `base`, for chunks of `chunk`.
+/// [`Backward`] after the chunk at `x`, for chunks of `chunk`.
 #[cube]
 #[rustfmt::skip]
-fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
-    let kw = base + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let ww = bw + chunk;
+fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
+    let ww = x.end;
     let pw = ww + chunk * chunk;
     let aw = pw + chunk * chunk;
     let sw = aw + chunk * d;
@@ -179,8 +170,7 @@ fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
     Backward {
-        qw: base, kw, vw, bw, ww, pw, aw, sw, zw, dsw, dzw, gw, gm, hm, daw, t1, t2, tv, dqw, dkw,
-        dvw
+        x, ww, pw, aw, sw, zw, dsw, dzw, gw, gm, hm, daw, t1, t2, tv, dqw, dkw, dvw
     }
 }
 
@@ -190,30 +180,30 @@ fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
 #[rustfmt::skip]
 fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
     // G = (∂O Vᵀ) ⊙ D².
-    matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.vw, dv), c, c, dv, false);
-    mask(ws, w.gm, c, w.bw, 2.0);
+    matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.x.vw, dv), c, c, dv, false);
+    mask(ws, w.gm, c, w.x.bw, 2.0);
     // ∂V = Pᵀ ∂O + diag(e²) A ∂Z.
-    scale_rows(ws, w.t1, w.aw, c, d, w.bw, UNTIL_END, 2.0);
+    scale_rows(ws, w.t1, w.aw, c, d, w.x.bw, UNTIL_END, 2.0);
     matmul(ws, rows(w.dvw, dv), transposed(w.pw, c), rows(w.gw, dv), c, dv, c, false);
     matmul(ws, rows(w.dvw, dv), rows(w.t1, d), rows(w.dzw, dv), c, dv, d, true);
     // ∂A = Gᵀ Q + diag(e²) V ∂Zᵀ.
-    scale_rows(ws, w.tv, w.vw, c, dv, w.bw, UNTIL_END, 2.0);
-    matmul(ws, rows(w.daw, d), transposed(w.gm, c), rows(w.qw, d), c, d, c, false);
+    scale_rows(ws, w.tv, w.x.vw, c, dv, w.x.bw, UNTIL_END, 2.0);
+    matmul(ws, rows(w.daw, d), transposed(w.gm, c), rows(w.x.qw, d), c, d, c, false);
     matmul(ws, rows(w.daw, d), rows(w.tv, dv), transposed(w.dzw, dv), c, d, dv, true);
     // H = (∂A Kᵀ) ⊙ D.
-    matmul(ws, rows(w.hm, c), rows(w.daw, d), transposed(w.kw, d), c, c, d, false);
-    mask(ws, w.hm, c, w.bw, 1.0);
+    matmul(ws, rows(w.hm, c), rows(w.daw, d), transposed(w.x.kw, d), c, c, d, false);
+    mask(ws, w.hm, c, w.x.bw, 1.0);
     // ∂Q = diag(a²) ∂O Zᵀ + G A + diag(a) ∂A S + H K.
-    scale_rows(ws, w.tv, w.gw, c, dv, w.bw, SINCE_START, 2.0);
-    scale_rows(ws, w.t2, w.daw, c, d, w.bw, SINCE_START, 1.0);
+    scale_rows(ws, w.tv, w.gw, c, dv, w.x.bw, SINCE_START, 2.0);
+    scale_rows(ws, w.t2, w.daw, c, d, w.x.bw, SINCE_START, 1.0);
     matmul(ws, rows(w.dqw, d), rows(w.tv, dv), transposed(w.zw, dv), c, d, dv, false);
     matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.aw, d), c, d, c, true);
     matmul(ws, rows(w.dqw, d), rows(w.t2, d), rows(w.sw, d), c, d, d, true);
-    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.kw, d), c, d, c, true);
+    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.x.kw, d), c, d, c, true);
     // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ).
-    scale_rows(ws, w.t1, w.kw, c, d, w.bw, UNTIL_END, 1.0);
+    scale_rows(ws, w.t1, w.x.kw, c, d, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dkw, d), transposed(w.ww, c), rows(w.daw, d), c, d, c, false);
-    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.qw, d), c, d, c, true);
+    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.x.qw, d), c, d, c, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), rows(w.dsw, d), c, d, d, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), transposed(w.dsw, d), c, d, d, true);
 }
@@ -223,11 +213,11 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
 #[cube]
 #[rustfmt::skip]
 fn state_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
-    let r = rho(ws, w.bw, c, 1.0);
+    let r = rho(ws, w.x.bw, c, 1.0);
     scale(ws, w.dsw, d * d, r);
-    matmul(ws, rows(w.dsw, d), transposed(w.t2, d), rows(w.qw, d), d, d, c, true);
+    matmul(ws, rows(w.dsw, d), transposed(w.t2, d), rows(w.x.qw, d), d, d, c, true);
     scale(ws, w.dzw, d * dv, r * r);
-    matmul(ws, rows(w.dzw, dv), transposed(w.qw, d), rows(w.tv, dv), d, dv, c, true);
+    matmul(ws, rows(w.dzw, dv), transposed(w.x.qw, d), rows(w.tv, dv), d, dv, c, true);
 }
 
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
@@ -261,8 +251,7 @@ pub(crate) fn backward(
     }
     let len = d * d + d * dv;
     let chunks = time.div_ceil(chunk);
-    let w = backward_layout(seq * ws.stride(0), chunk, d, dv);
-    let g0 = gates_of(seq, n);
+    let w = backward_layout(chunk_at(seq * ws.stride(0), n), chunk, d, dv);
     load(ws, w.dsw, grad, sequences * time * dv + seq * len, len);
     for back in 0..chunks {
         let i = chunks - 1 - back;
@@ -270,8 +259,8 @@ pub(crate) fn backward(
         let c = span(i, chunk, time);
         load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, w.sw, starts, (seq * chunks + i) * len, len);
-        load_chunk(ws, w.qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
-        products(ws, w.qw, w.kw, w.sw, w.ww, w.aw, w.pw, c, d, w.bw);
+        load_chunk(ws, &w.x, q, k, v, log_g, seq, i, n);
+        products(ws, w.x.qw, w.x.kw, w.sw, w.ww, w.aw, w.pw, c, d, w.x.bw);
         chunk_grads(ws, &w, c, d, dv);
         store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);

@@ -85,11 +85,9 @@ pub(crate) fn forward(
     }
     let len = d * d + 2 * d * dv;
     let chunks = time.div_ceil(chunk);
-    let qw = seq * ws.stride(0);
-    let kw = qw + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let ww = bw + chunk;
+    let x = chunk_at(seq * ws.stride(0), n);
+    let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
+    let ww = x.end;
     let aw = ww + chunk * chunk;
     let bmw = aw + chunk * d;
     let tw = bmw + chunk * dv;
@@ -99,13 +97,12 @@ pub(crate) fn forward(
     let yw = pw + d * dv;
     let e3bw = yw + d * dv;
     let ekw = e3bw + chunk * dv;
-    let g0 = gates_of(seq, n);
     load(ws, sw, state, seq * len, len);
     for i in 0..chunks {
         let c0 = i * chunk;
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, sw, len);
-        load_chunk(ws, qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
+        load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
         products(ws, qw, kw, vw, sw, ww, c, chunk, d, dv, bw);
         // O = diag(a³) Q Y + T B.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(yw, dv), c, dv, d, false);
@@ -125,17 +122,14 @@ pub(crate) fn forward(
     store(packed, sequences * time * dv + seq * len, ws, sw, len);
 }
 
-/// Where a backward cube keeps, in its workspace, its chunk (`q`, `k`, `v`, `b`), the
+/// Where a backward cube keeps, in its workspace, its chunk (`x`: `q`, `k`, `v`, `b`), the
 /// products `W`, `A`, `B`, `T`, the start state `[S | P | Y]` and its gradient
 /// `[∂S | ∂P | ∂Y]`, `∂O`, `G`, `H`, `∂A`, `∂B`, five scaled copies (`t1`, `t2` of width
 /// `d`, `tv1` to `tv3` of `dv`) and the chunk's `∂Q`, `∂K`, `∂V`: the backward half of
 /// [`workspace`].
 #[derive(CubeType, Clone, Copy)]
 struct Backward {
-    qw: usize,
-    kw: usize,
-    vw: usize,
-    bw: usize,
+    x: ChunkAt,
     ww: usize,
     aw: usize,
     bmw: usize,
@@ -161,14 +155,11 @@ struct Backward {
     dvw: usize,
 }
 
-/// [`Backward`] from `base`, for chunks of `chunk`.
+/// [`Backward`] after the chunk at `x`, for chunks of `chunk`.
 #[cube]
 #[rustfmt::skip]
-fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
-    let kw = base + chunk * d;
-    let vw = kw + chunk * d;
-    let bw = vw + chunk * dv;
-    let ww = bw + chunk;
+fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
+    let ww = x.end;
     let aw = ww + chunk * chunk;
     let bmw = aw + chunk * d;
     let tw = bmw + chunk * dv;
@@ -192,8 +183,8 @@ fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
     Backward {
-        qw: base, kw, vw, bw, ww, aw, bmw, tw, sw, pw, yw, dsw, dpw, dyw, gw, gm, hm, daw, dbw,
-        t1, t2, tv1, tv2, tv3, dqw, dkw, dvw
+        x, ww, aw, bmw, tw, sw, pw, yw, dsw, dpw, dyw, gw, gm, hm, daw, dbw, t1, t2, tv1, tv2, tv3,
+        dqw, dkw, dvw
     }
 }
 
@@ -204,32 +195,32 @@ fn backward_layout(base: usize, chunk: usize, d: usize, dv: usize) -> Backward {
 fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
     // G = (∂O Bᵀ) ⊙ D³.
     matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.bmw, dv), c, c, dv, false);
-    mask(ws, w.gm, c, w.bw, 3.0);
+    mask(ws, w.gm, c, w.x.bw, 3.0);
     // ∂B = Tᵀ ∂O + diag(e³) A ∂Y,  ∂A = Gᵀ Q + diag(e³) B ∂Yᵀ.
-    scale_rows(ws, w.t1, w.aw, c, d, w.bw, UNTIL_END, 3.0);
-    scale_rows(ws, w.tv1, w.bmw, c, dv, w.bw, UNTIL_END, 3.0);
+    scale_rows(ws, w.t1, w.aw, c, d, w.x.bw, UNTIL_END, 3.0);
+    scale_rows(ws, w.tv1, w.bmw, c, dv, w.x.bw, UNTIL_END, 3.0);
     matmul(ws, rows(w.dbw, dv), rows(w.t1, d), rows(w.dyw, dv), c, dv, d, false);
     matmul(ws, rows(w.dbw, dv), transposed(w.tw, c), rows(w.gw, dv), c, dv, c, true);
-    matmul(ws, rows(w.daw, d), transposed(w.gm, c), rows(w.qw, d), c, d, c, false);
+    matmul(ws, rows(w.daw, d), transposed(w.gm, c), rows(w.x.qw, d), c, d, c, false);
     matmul(ws, rows(w.daw, d), rows(w.tv1, dv), transposed(w.dyw, dv), c, d, dv, true);
     // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D.
-    matmul(ws, rows(w.hm, c), rows(w.daw, d), transposed(w.kw, d), c, c, d, false);
-    matmul(ws, rows(w.hm, c), rows(w.dbw, dv), transposed(w.vw, dv), c, c, dv, true);
-    mask(ws, w.hm, c, w.bw, 1.0);
+    matmul(ws, rows(w.hm, c), rows(w.daw, d), transposed(w.x.kw, d), c, c, d, false);
+    matmul(ws, rows(w.hm, c), rows(w.dbw, dv), transposed(w.x.vw, dv), c, c, dv, true);
+    mask(ws, w.hm, c, w.x.bw, 1.0);
     // ∂Q = diag(a³) ∂O Yᵀ + G A + diag(a) (∂A S + ∂B Pᵀ) + H K.
-    scale_rows(ws, w.tv2, w.gw, c, dv, w.bw, SINCE_START, 3.0);
-    scale_rows(ws, w.t2, w.daw, c, d, w.bw, SINCE_START, 1.0);
-    scale_rows(ws, w.tv3, w.dbw, c, dv, w.bw, SINCE_START, 1.0);
+    scale_rows(ws, w.tv2, w.gw, c, dv, w.x.bw, SINCE_START, 3.0);
+    scale_rows(ws, w.t2, w.daw, c, d, w.x.bw, SINCE_START, 1.0);
+    scale_rows(ws, w.tv3, w.dbw, c, dv, w.x.bw, SINCE_START, 1.0);
     matmul(ws, rows(w.dqw, d), rows(w.tv2, dv), transposed(w.yw, dv), c, d, dv, false);
     matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.aw, d), c, d, c, true);
     matmul(ws, rows(w.dqw, d), rows(w.t2, d), rows(w.sw, d), c, d, d, true);
     matmul(ws, rows(w.dqw, d), rows(w.tv3, dv), transposed(w.pw, dv), c, d, dv, true);
-    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.kw, d), c, d, c, true);
+    matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.x.kw, d), c, d, c, true);
     // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ) + diag(e) V ∂Pᵀ.
-    scale_rows(ws, w.t1, w.kw, c, d, w.bw, UNTIL_END, 1.0);
-    scale_rows(ws, w.tv1, w.vw, c, dv, w.bw, UNTIL_END, 1.0);
+    scale_rows(ws, w.t1, w.x.kw, c, d, w.x.bw, UNTIL_END, 1.0);
+    scale_rows(ws, w.tv1, w.x.vw, c, dv, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dkw, d), transposed(w.ww, c), rows(w.daw, d), c, d, c, false);
-    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.qw, d), c, d, c, true);
+    matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.x.qw, d), c, d, c, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), rows(w.dsw, d), c, d, d, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), transposed(w.dsw, d), c, d, d, true);
     matmul(ws, rows(w.dkw, d), rows(w.tv1, dv), transposed(w.dpw, dv), c, d, dv, true);
@@ -244,12 +235,12 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
 #[cube]
 #[rustfmt::skip]
 fn state_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
-    let r = rho(ws, w.bw, c, 1.0);
+    let r = rho(ws, w.x.bw, c, 1.0);
     scale(ws, w.dsw, d * d + d * dv, r);
     scale(ws, w.dyw, d * dv, r * r * r);
-    matmul(ws, rows(w.dyw, dv), transposed(w.qw, d), rows(w.tv2, dv), d, dv, c, true);
-    matmul(ws, rows(w.dsw, d), transposed(w.t2, d), rows(w.qw, d), d, d, c, true);
-    matmul(ws, rows(w.dpw, dv), transposed(w.qw, d), rows(w.tv3, dv), d, dv, c, true);
+    matmul(ws, rows(w.dyw, dv), transposed(w.x.qw, d), rows(w.tv2, dv), d, dv, c, true);
+    matmul(ws, rows(w.dsw, d), transposed(w.t2, d), rows(w.x.qw, d), d, d, c, true);
+    matmul(ws, rows(w.dpw, dv), transposed(w.x.qw, d), rows(w.tv3, dv), d, dv, c, true);
 }
 
 /// Saved `[q, k, v, log g, starts]` and the packed gradient `[∂o, ∂state]` → `∂q`, `∂k`,
@@ -283,8 +274,7 @@ pub(crate) fn backward(
     }
     let len = d * d + 2 * d * dv;
     let chunks = time.div_ceil(chunk);
-    let w = backward_layout(seq * ws.stride(0), chunk, d, dv);
-    let g0 = gates_of(seq, n);
+    let w = backward_layout(chunk_at(seq * ws.stride(0), n), chunk, d, dv);
     load(ws, w.dsw, grad, sequences * time * dv + seq * len, len);
     for back in 0..chunks {
         let i = chunks - 1 - back;
@@ -292,8 +282,8 @@ pub(crate) fn backward(
         let c = span(i, chunk, time);
         load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, w.sw, starts, (seq * chunks + i) * len, len);
-        load_chunk(ws, w.qw, q, k, v, log_g, seq * time + c0, g0 + c0, c, chunk, d, dv);
-        products(ws, w.qw, w.kw, w.vw, w.sw, w.ww, c, chunk, d, dv, w.bw);
+        load_chunk(ws, &w.x, q, k, v, log_g, seq, i, n);
+        products(ws, w.x.qw, w.x.kw, w.x.vw, w.sw, w.ww, c, chunk, d, dv, w.x.bw);
         chunk_grads(ws, &w, c, d, dv);
         store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);
