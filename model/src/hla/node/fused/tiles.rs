@@ -89,16 +89,11 @@ pub(crate) fn grads_tiles_kernel(
     let mut parts = Shared::<[f32]>::new_slice(comptime!(if sums.gates { 2 * c } else { 1 }));
     let gate = gate_start(block, gates, c);
 
-    dy_u_tiles(dy, u, &mut gs, block, c, n, mma);
-    // diag(e^p) A beside it (tied: also diag(e^p) U).
-    copy_in(a, &mut scaled, block * c * d, c * d);
-    scale_in_place(b, gate, &mut scaled, power, c, d, decayed, true);
-    if sums.gates {
-        mask_parts(t, &gs, &mut parts, block, power, c);
-        sync_cube();
-    }
-    mask_in_place(b, gate, &mut gs, power, c, decayed);
-    sync_cube();
+    let w = comptime!(Tiling::new(c, d, n, decayed, sums, mma));
+    let (g, scaled_of, parts_of) = (&mut gs, &mut scaled, &mut parts);
+    masked_g(
+        dy, u, a, t, b, g, scaled_of, parts_of, block, gate, power, w,
+    );
     if sums.gates {
         let (p, kept) = (power, &mut products);
         keep_product(
@@ -120,16 +115,10 @@ pub(crate) fn grads_tiles_kernel(
     );
 
     if sums.read {
-        sync_cube();
-        copy_in(dy, &mut scaled, block * c * n, c * n);
-        scale_in_place(b, gate, &mut scaled, power, c, n, decayed, false);
-        sync_cube();
-        if sums.gates {
-            let (p, kept) = (power, &mut products);
-            keep_product(
-                &scaled, x_start, q, dq_in, kept, &mut parts, block, p, c, d, n, sums, true, mma,
-            );
-        }
+        let (scaled_of, kept, parts_of) = (&mut scaled, &mut products, &mut parts);
+        read_operand(
+            dy, b, x_start, q, dq_in, scaled_of, kept, parts_of, block, gate, power, w,
+        );
     }
     dq_tiles(
         a, x_start, dq_in, &gs, &scaled, &products, dq, block, c, d, n, sums, mma,
@@ -138,6 +127,92 @@ pub(crate) fn grads_tiles_kernel(
         let (b_last, size) = (log_decay(b, gate, c - 1, decayed), comptime!(d * n));
         store_log_gates(
             &mut parts, x, x_start, log_g_in, log_g, block, power, b_last, c, size, sums,
+        );
+    }
+}
+
+/// A chunk's widths and what [`grads_tiles_kernel`] does with them (compile-time): `c`
+/// tokens, keys of `d`, `U` of `n`, whether it decays, its sums and the fragments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Tiling {
+    c: usize,
+    d: usize,
+    n: usize,
+    decayed: bool,
+    sums: Sums,
+    mma: Mma,
+}
+
+impl Tiling {
+    fn new(c: usize, d: usize, n: usize, decayed: bool, sums: Sums, mma: Mma) -> Self {
+        Self {
+            c,
+            d,
+            n,
+            decayed,
+            sums,
+            mma,
+        }
+    }
+}
+
+/// `G = D^p ⊙ (∂Y Uᵀ)` into `gs` and `diag(e^p) A` into `scaled`; with the gates'
+/// gradient, each token's parts of `∂b` through `T ⊙ (∂Y Uᵀ)` into `parts` before the mask.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn masked_g(
+    dy: &Tensor<f32>,
+    u: &Tensor<f32>,
+    a: &Tensor<f32>,
+    t: &Tensor<f32>,
+    b: &Tensor<f32>,
+    gs: &mut Shared<[f32]>,
+    scaled: &mut Shared<[f32]>,
+    parts: &mut Shared<[f32]>,
+    block: usize,
+    gate: usize,
+    power: f32,
+    #[comptime] w: Tiling,
+) {
+    let (c, d, n, decayed, sums, mma) = (w.c, w.d, w.n, w.decayed, w.sums, w.mma);
+    dy_u_tiles(dy, u, gs, block, c, n, mma);
+    // diag(e^p) A beside it (tied: also diag(e^p) U).
+    copy_in(a, scaled, block * c * d, c * d);
+    scale_in_place(b, gate, scaled, power, c, d, decayed, true);
+    if sums.gates {
+        mask_parts(t, &*gs, parts, block, power, c);
+        sync_cube();
+    }
+    mask_in_place(b, gate, gs, power, c, decayed);
+    sync_cube();
+}
+
+/// The read's operand `diag(a^p) ∂Y` into `scaled`; with the gates' gradient, its product
+/// with `X'` kept beside it and dotted into `parts` ([`keep_product`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn read_operand(
+    dy: &Tensor<f32>,
+    b: &Tensor<f32>,
+    x_start: &Tensor<f32>,
+    q: &Tensor<f32>,
+    dq_in: &Tensor<f32>,
+    scaled: &mut Shared<[f32]>,
+    products: &mut Shared<[f32]>,
+    parts: &mut Shared<[f32]>,
+    block: usize,
+    gate: usize,
+    power: f32,
+    #[comptime] w: Tiling,
+) {
+    let (c, d, n, decayed, sums, mma) = (w.c, w.d, w.n, w.decayed, w.sums, w.mma);
+    sync_cube();
+    copy_in(dy, scaled, block * c * n, c * n);
+    scale_in_place(b, gate, scaled, power, c, n, decayed, false);
+    sync_cube();
+    if sums.gates {
+        keep_product(
+            &*scaled, x_start, q, dq_in, products, parts, block, power, c, d, n, sums, true, mma,
         );
     }
 }

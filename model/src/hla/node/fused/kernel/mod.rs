@@ -110,19 +110,48 @@ pub(crate) fn grads_kernel(
     unit.row_products(&rows, &buf, t, b, &dy_tau, w, sums.gates);
     store_own_rows(&unit.acc_q, dq, block, c, d, per_unit);
     if sums.gates {
-        let mut parts = Shared::<[f32]>::new_slice(comptime!(2 * c));
-        #[unroll]
-        for r in 0..per_unit {
-            let tau = own_row(r, c, per_unit);
-            parts[tau] = unit.db_tau[r];
-            parts[c + tau] = unit.last_tau[r];
-        }
-        sync_cube();
-        let (p, b_last, size) = (power, unit.b_last, comptime!(d * n));
-        store_log_gates(
-            &mut parts, x, x_start, log_g_in, log_g, block, p, b_last, c, size, sums,
-        );
+        store_unit_gates(&unit, x, x_start, log_g_in, log_g, block, power, w, sums);
     }
+}
+
+/// The log gates' gradient from each unit's parts of `∂b` ([`Unit`]'s `db_tau` and
+/// `last_tau` of its tokens), gathered in shared memory for [`store_log_gates`].
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store_unit_gates(
+    unit: &Unit,
+    x: &Tensor<f32>,
+    x_start: &Tensor<f32>,
+    log_g_in: &Tensor<f32>,
+    log_g: &mut Tensor<f32>,
+    block: usize,
+    power: f32,
+    #[comptime] w: Widths,
+    #[comptime] sums: Sums,
+) {
+    let c = w.c;
+    let mut parts = Shared::<[f32]>::new_slice(comptime!(2 * c));
+    #[unroll]
+    for r in 0..w.per_unit {
+        let tau = own_row(r, c, w.per_unit);
+        parts[tau] = unit.db_tau[r];
+        parts[c + tau] = unit.last_tau[r];
+    }
+    sync_cube();
+    let size = comptime!(w.d * w.n);
+    store_log_gates(
+        &mut parts,
+        x,
+        x_start,
+        log_g_in,
+        log_g,
+        block,
+        power,
+        unit.b_last,
+        c,
+        size,
+        sums,
+    );
 }
 
 /// Writes the log gates' gradient into `log_g [blocks, c, 1]` from each token's part of
