@@ -262,22 +262,17 @@ fn row(mixer: &str, form: &str, steps: &[hla_model::bench::cost::Step], peaks: P
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl Peaks {
     /// A step's roofline time: max(compute time, memory time), a hand-written kernel's
-    /// compute and bandwidth at its cubes' share of the SMs. A cube reads through its
-    /// SM's loads in flight: a cube of 256 units (8 warps of an SM's 64) keeps a few KiB
-    /// in flight, which over the memory's ~0.6 µs latency is about an SM's share of the
-    /// bandwidth (3.35 TB/s over 132 SMs is 25 GB/s), so idle SMs leave theirs unused.
+    /// compute at its cubes' share of the SMs.
     fn seconds(&self, step: &hla_model::bench::cost::Step) -> f64 {
         use hla_model::bench::cost::Engine;
         let share = |cubes: usize| (cubes as f64 / self.sms as f64).min(1.0);
-        let (compute, bandwidth) = match step.engine {
-            Engine::Matmul => (self.tf32, self.bandwidth),
-            Engine::Memory => (self.fp32, self.bandwidth),
-            Engine::Kernel { cubes } => (self.fp32 * share(cubes), self.bandwidth * share(cubes)),
-            Engine::TensorKernel { cubes } => {
-                (self.tf32 * share(cubes), self.bandwidth * share(cubes))
-            }
+        let compute = match step.engine {
+            Engine::Matmul => self.tf32,
+            Engine::Memory => self.fp32,
+            Engine::Kernel { cubes } => self.fp32 * share(cubes),
+            Engine::TensorKernel { cubes } => self.tf32 * share(cubes),
         };
-        (step.flops / compute).max(step.bytes / bandwidth)
+        (step.flops / compute).max(step.bytes / self.bandwidth)
     }
 }
 
