@@ -110,22 +110,19 @@ pub(crate) fn grads_kernel(
     unit.row_products(&rows, &buf, t, b, &dy_tau, w, sums.gates);
     store_own_rows(&unit.acc_q, dq, block, c, d, per_unit);
     if sums.gates {
-        store_unit_gates(&unit, x, x_start, log_g_in, log_g, block, power, w, sums);
+        store_unit_gates(&unit, x, x_start, log_g_in, log_g, w, sums);
     }
 }
 
 /// The log gates' gradient from each unit's parts of `∂b` ([`Unit`]'s `db_tau` and
 /// `last_tau` of its tokens), gathered in shared memory for [`store_log_gates`].
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn store_unit_gates(
     unit: &Unit,
     x: &Tensor<f32>,
     x_start: &Tensor<f32>,
     log_g_in: &Tensor<f32>,
     log_g: &mut Tensor<f32>,
-    block: usize,
-    power: f32,
     #[comptime] w: Widths,
     #[comptime] sums: Sums,
 ) {
@@ -145,8 +142,8 @@ fn store_unit_gates(
         x_start,
         log_g_in,
         log_g,
-        block,
-        power,
+        unit.block,
+        unit.power,
         unit.b_last,
         c,
         size,

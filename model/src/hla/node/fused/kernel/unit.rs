@@ -35,9 +35,9 @@ pub(super) struct Widths {
 /// gates `p ∂b_τ` and the parts of `∂b` through `b_last`.
 #[derive(CubeType)]
 pub(super) struct Unit {
-    block: usize,
+    pub(super) block: usize,
     gate: usize,
-    power: f32,
+    pub(super) power: f32,
     pub(super) b_last: f32,
     b_tau: Array<f32>,
     a_tau: Array<f32>,
