@@ -60,6 +60,52 @@ fn products(
     Products { w, a, b, t, qs, qp }
 }
 
+/// A chunk's gradients of its products (`∂T` and `∂W` before their masks for the gates'
+/// gradient), from `∂O` (`g`) and `∂Y` after the chunk.
+struct ProductGrads {
+    dt: Vec<f32>,
+    gm: Vec<f32>,
+    e3a_dy: Vec<f32>,
+    da: Vec<f32>,
+    db: Vec<f32>,
+    dw: Vec<f32>,
+    hm: Vec<f32>,
+}
+
+/// The gradients of the products `pr` of the chunk `(q, k, v)`.
+#[inline(always)]
+#[rustfmt::skip]
+fn product_grads(
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    pr: &Products,
+    decay: &ChunkDecay,
+    g: &[f32],
+    dy: &[f32],
+    (d, dv): (usize, usize),
+) -> ProductGrads {
+    let (one, three) = (decay.p(1), decay.p(3));
+    let c = one.a.len();
+    // G = (∂O Bᵀ) ⊙ D³, from ∂T = ∂O Bᵀ.
+    let mut dt = vec![0.0; c * c];
+    matmul((c, c, dv), &mut dt, (g, Layout::rows(dv)), (&pr.b, Layout::transposed(dv)), false);
+    let gm = hadamard(&dt, &three.mask);
+    // ∂B = Tᵀ ∂O + diag(e³) A ∂Y,  ∂A = Gᵀ Q + diag(e³) B ∂Yᵀ.
+    let (e3a, e3b) = (scaled_rows(&pr.a, d, &three.e), scaled_rows(&pr.b, dv, &three.e));
+    let mut e3a_dy = vec![0.0; c * dv];
+    matmul((c, dv, d), &mut e3a_dy, (&e3a, Layout::rows(d)), (dy, Layout::rows(dv)), false);
+    let mut db = e3a_dy.clone();
+    matmul((c, dv, c), &mut db, (&pr.t, Layout::transposed(c)), (g, Layout::rows(dv)), true);
+    let mut da = vec![0.0; c * d];
+    matmul((c, d, c), &mut da, (&gm, Layout::transposed(c)), (q, Layout::rows(d)), false);
+    matmul((c, d, dv), &mut da, (&e3b, Layout::rows(dv)), (dy, Layout::transposed(dv)), true);
+    // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D, from ∂W.
+    let mut dw = vec![0.0; c * c];
+    matmul((c, c, d), &mut dw, (&da, Layout::rows(d)), (k, Layout::transposed(d)), false);
+    matmul((c, c, dv), &mut dw, (&db, Layout::rows(dv)), (v, Layout::transposed(dv)), true);
+    let hm = hadamard(&dw, &one.mask);
+    ProductGrads { dt, gm, e3a_dy, da, db, dw, hm }
+}
+
 /// This order's CPU kernels, for [`crate::hla::cpu`]'s drivers.
 pub(crate) const KERNELS: HeadKernels = HeadKernels {
     forward: forward_head,
@@ -120,24 +166,7 @@ multiversion! {
             let g = &g[c0 * dv..][..c * dv];
             let (ds, dpy) = out.state.split_at_mut(d * d);
             let (dp, dy) = dpy.split_at_mut(d * dv);
-            // G = (∂O Bᵀ) ⊙ D³, from ∂T = ∂O Bᵀ.
-            let mut dt = vec![0.0; c * c];
-            matmul((c, c, dv), &mut dt, (g, Layout::rows(dv)), (&pr.b, Layout::transposed(dv)), false);
-            let gm = hadamard(&dt, &three.mask);
-            // ∂B = Tᵀ ∂O + diag(e³) A ∂Y,  ∂A = Gᵀ Q + diag(e³) B ∂Yᵀ.
-            let (e3a, e3b) = (scaled_rows(&pr.a, d, &three.e), scaled_rows(&pr.b, dv, &three.e));
-            let mut e3a_dy = vec![0.0; c * dv];
-            matmul((c, dv, d), &mut e3a_dy, (&e3a, Layout::rows(d)), (&*dy, Layout::rows(dv)), false);
-            let mut db = e3a_dy.clone();
-            matmul((c, dv, c), &mut db, (&pr.t, Layout::transposed(c)), (g, Layout::rows(dv)), true);
-            let mut da = vec![0.0; c * d];
-            matmul((c, d, c), &mut da, (&gm, Layout::transposed(c)), (q, Layout::rows(d)), false);
-            matmul((c, d, dv), &mut da, (&e3b, Layout::rows(dv)), (&*dy, Layout::transposed(dv)), true);
-            // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D, from ∂W.
-            let mut dw = vec![0.0; c * c];
-            matmul((c, c, d), &mut dw, (&da, Layout::rows(d)), (k, Layout::transposed(d)), false);
-            matmul((c, c, dv), &mut dw, (&db, Layout::rows(dv)), (v, Layout::transposed(dv)), true);
-            let hm = hadamard(&dw, &one.mask);
+            let ProductGrads { dt, gm, e3a_dy, da, db, dw, hm } = product_grads(chunk, &pr, decay, g, dy, (d, dv));
             // ∂Q = diag(a³) ∂O Yᵀ + G A + diag(a) (∂A S + ∂B Pᵀ) + H K.
             let a3g = scaled_rows(g, dv, &three.a);
             let (ada, adb) = (scaled_rows(&da, d, &one.a), scaled_rows(&db, dv, &one.a));
