@@ -158,19 +158,20 @@ pub(crate) fn forward_kernel(
     }
 }
 
-/// `D = ∂O · O` of row `row` (rows of `dv`): the term every score's gradient of that
-/// query subtracts.
+/// `D = ∂O · O` of row `row` of `o` (rows of `dv`), its `∂O` row already on chip at
+/// `grad[at ..]`: the term every score's gradient of that query subtracts.
 #[cube]
 pub(super) fn delta_of(
-    grad: &Tensor<f32>,
     o: &Tensor<f32>,
     row: usize,
+    grad: &Array<f32>,
+    at: usize,
     #[comptime] dv: usize,
 ) -> f32 {
     let mut sum = 0.0f32;
     #[unroll]
     for x in 0..dv {
-        sum += grad[row * dv + x] * o[row * dv + x];
+        sum += grad[at + x] * o[row * dv + x];
     }
     sum
 }
@@ -218,7 +219,7 @@ pub(crate) fn query_grads(
         di[r] = 0.0;
         li[r] = 0.0;
         if active {
-            let sum = delta_of(grad, o, base + i, dv);
+            let sum = delta_of(o, base + i, &g, r * dv, dv);
             di[r] = sum;
             delta[base + i] = sum;
             li[r] = lse[base + i];

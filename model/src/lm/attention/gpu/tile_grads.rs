@@ -17,6 +17,7 @@ use cubecl::prelude::*;
 use super::kernel::{delta_of, first_seeing, load_tile, tile_keys, tile_of, visible};
 use super::tiles::{accumulate, times_transposed, zero};
 use crate::backend::gpu::mma::Mma;
+use crate::backend::gpu::rows::shared_row;
 
 /// The floats a cube of either kernel holds in shared memory: for `rows` queries and
 /// `tile` keys, the rows of `Q`, `∂O`, `K` and `V`, two score tiles, the accumulators
@@ -74,13 +75,15 @@ pub(crate) fn query_tiles(
     load_tile(grad, &mut gs, first, end, rows, dv);
     load_tile(lse, &mut ls, first, end, rows, 1usize);
     zero(&mut acc, rows * d);
-    // D of each row, a unit per row from ∂O and O in global memory.
+    sync_cube();
+    // D of each row, a unit per row from its ∂O row in the shared tile and O in global memory.
     let mut r = UNIT_POS as usize;
     while r < rows {
         let i = t * rows + r;
         let mut sum = 0.0f32;
         if i < queries {
-            sum = delta_of(grad, o, base + i, dv);
+            let gi = shared_row(&gs, r, dv);
+            sum = delta_of(o, base + i, &gi, 0usize, dv);
             delta[base + i] = sum;
         }
         ds[r] = sum;
