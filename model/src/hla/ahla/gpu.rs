@@ -31,29 +31,34 @@ fn workspace(c: usize, d: usize, dv: usize) -> [usize; 2] {
     ]
 }
 
-/// `A` and `B` of the chunk at `qw`, `kw`, `vw` (`c` tokens, `b` at `bw`) from the start
-/// state `P` at `pw`, into `aw`, `bmw`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-#[rustfmt::skip]
-fn products(
-    ws: &mut Tensor<f32>,
-    qw: usize,
-    kw: usize,
-    vw: usize,
-    pw: usize,
+/// Where a cube keeps its chunk's products `A`, `B`, forward and backward: right after
+/// its chunk, the rest of its workspace from `end`.
+#[derive(CubeType, Clone, Copy)]
+struct ProductsAt {
     aw: usize,
     bmw: usize,
-    c: usize,
-    d: usize,
-    dv: usize,
-    bw: usize,
-) {
-    matmul(ws, rows(aw, c), rows(qw, d), transposed(kw, d), c, c, d, false);
-    mask(ws, aw, c, bw, 1.0);
-    matmul(ws, rows(bmw, dv), rows(qw, d), rows(pw, dv), c, dv, d, false);
-    scale_rows(ws, bmw, bmw, c, dv, bw, SINCE_START, 1.0);
-    matmul(ws, rows(bmw, dv), rows(aw, c), rows(vw, dv), c, dv, c, true);
+    end: usize,
+}
+
+/// [`ProductsAt`] after the chunk at `x`, for chunks of `chunk`.
+#[cube]
+fn products_at(x: &ChunkAt, chunk: usize, dv: usize) -> ProductsAt {
+    let aw = x.end;
+    let bmw = aw + chunk * chunk;
+    let end = bmw + chunk * dv;
+    ProductsAt { aw, bmw, end }
+}
+
+/// `A` and `B` of the chunk at `x` (`c` tokens) from the start state `P` at `pw`, into
+/// `p`.
+#[cube]
+#[rustfmt::skip]
+fn products(ws: &mut Tensor<f32>, x: &ChunkAt, pw: usize, p: &ProductsAt, c: usize, d: usize, dv: usize) {
+    matmul(ws, rows(p.aw, c), rows(x.qw, d), transposed(x.kw, d), c, c, d, false);
+    mask(ws, p.aw, c, x.bw, 1.0);
+    matmul(ws, rows(p.bmw, dv), rows(x.qw, d), rows(pw, dv), c, dv, d, false);
+    scale_rows(ws, p.bmw, p.bmw, c, dv, x.bw, SINCE_START, 1.0);
+    matmul(ws, rows(p.bmw, dv), rows(p.aw, c), rows(x.vw, dv), c, dv, c, true);
 }
 
 /// `[q, k, v, log g, state]` → `o` and the final state `[P | E]` into `packed`, every
@@ -86,9 +91,9 @@ pub(crate) fn forward(
     let chunks = time.div_ceil(chunk);
     let x = chunk_at(seq * ws.stride(0), n);
     let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
-    let aw = x.end;
-    let bmw = aw + chunk * chunk;
-    let ow = bmw + chunk * dv;
+    let p = products_at(&x, chunk, dv);
+    let (aw, bmw) = (p.aw, p.bmw);
+    let ow = p.end;
     let pw = ow + chunk * dv;
     let ew = pw + d * dv;
     let ekw = ew + d * dv;
@@ -98,7 +103,7 @@ pub(crate) fn forward(
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, pw, len);
         load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
-        products(ws, qw, kw, vw, pw, aw, bmw, c, d, dv, bw);
+        products(ws, &x, pw, &p, c, d, dv);
         // O = diag(a) Q E + A B.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(ew, dv), c, dv, d, false);
         scale_rows(ws, ow, ow, c, dv, bw, SINCE_START, 1.0);
@@ -115,14 +120,13 @@ pub(crate) fn forward(
 }
 
 /// Where a backward cube keeps, in its workspace, its chunk (`x`: `q`, `k`, `v`, `b`), the
-/// products `A`, `B`, the start state `[P | E]` and its gradient `[∂P | ∂E]`, `∂O`,
+/// products (`p`), the start state `[P | E]` and its gradient `[∂P | ∂E]`, `∂O`,
 /// `diag(e) K`, `∂B`, `H`, `diag(a) ∂O`, `diag(a) ∂B`, a scaled copy `t1` (of width `dv`)
 /// and the chunk's `∂Q`, `∂K`, `∂V`: the backward half of [`workspace`].
 #[derive(CubeType, Clone, Copy)]
 struct Backward {
     x: ChunkAt,
-    aw: usize,
-    bmw: usize,
+    p: ProductsAt,
     pw: usize,
     ew: usize,
     dpw: usize,
@@ -143,9 +147,8 @@ struct Backward {
 #[cube]
 #[rustfmt::skip]
 fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
-    let aw = x.end;
-    let bmw = aw + chunk * chunk;
-    let pw = bmw + chunk * dv;
+    let p = products_at(&x, chunk, dv);
+    let pw = p.end;
     let ew = pw + d * dv;
     let dpw = ew + d * dv;
     let dew = dpw + d * dv;
@@ -160,7 +163,7 @@ fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
     Backward {
-        x, aw, bmw, pw, ew, dpw, dew, gw, ekw, dbw, hm, agw, adbw, t1, dqw, dkw, dvw
+        x, p, pw, ew, dpw, dew, gw, ekw, dbw, hm, agw, adbw, t1, dqw, dkw, dvw
     }
 }
 
@@ -172,9 +175,9 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
     // ∂B = Aᵀ ∂O + diag(e) K ∂E.
     scale_rows(ws, w.ekw, w.x.kw, c, d, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dbw, dv), rows(w.ekw, d), rows(w.dew, dv), c, dv, d, false);
-    matmul(ws, rows(w.dbw, dv), transposed(w.aw, c), rows(w.gw, dv), c, dv, c, true);
+    matmul(ws, rows(w.dbw, dv), transposed(w.p.aw, c), rows(w.gw, dv), c, dv, c, true);
     // H = (∂O Bᵀ + ∂B Vᵀ) ⊙ D.
-    matmul(ws, rows(w.hm, c), rows(w.gw, dv), transposed(w.bmw, dv), c, c, dv, false);
+    matmul(ws, rows(w.hm, c), rows(w.gw, dv), transposed(w.p.bmw, dv), c, c, dv, false);
     matmul(ws, rows(w.hm, c), rows(w.dbw, dv), transposed(w.x.vw, dv), c, c, dv, true);
     mask(ws, w.hm, c, w.x.bw, 1.0);
     // ∂Q = diag(a) (∂O Eᵀ + ∂B Pᵀ) + H K.
@@ -185,12 +188,12 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
     matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.x.kw, d), c, d, c, true);
     // ∂K = Hᵀ Q + diag(e) (B ∂Eᵀ + V ∂Pᵀ).
     matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.x.qw, d), c, d, c, false);
-    scale_rows(ws, w.t1, w.bmw, c, dv, w.x.bw, UNTIL_END, 1.0);
+    scale_rows(ws, w.t1, w.p.bmw, c, dv, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dkw, d), rows(w.t1, dv), transposed(w.dew, dv), c, d, dv, true);
     scale_rows(ws, w.t1, w.x.vw, c, dv, w.x.bw, UNTIL_END, 1.0);
     matmul(ws, rows(w.dkw, d), rows(w.t1, dv), transposed(w.dpw, dv), c, d, dv, true);
     // ∂V = Aᵀ ∂B + diag(e) K ∂P.
-    matmul(ws, rows(w.dvw, dv), transposed(w.aw, c), rows(w.dbw, dv), c, dv, c, false);
+    matmul(ws, rows(w.dvw, dv), transposed(w.p.aw, c), rows(w.dbw, dv), c, dv, c, false);
     matmul(ws, rows(w.dvw, dv), rows(w.ekw, d), rows(w.dpw, dv), c, dv, d, true);
 }
 
@@ -245,7 +248,7 @@ pub(crate) fn backward(
         load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, w.pw, starts, (seq * chunks + i) * len, len);
         load_chunk(ws, &w.x, q, k, v, log_g, seq, i, n);
-        products(ws, w.x.qw, w.x.kw, w.x.vw, w.pw, w.aw, w.bmw, c, d, dv, w.x.bw);
+        products(ws, &w.x, w.pw, &w.p, c, d, dv);
         chunk_grads(ws, &w, c, d, dv);
         store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);

@@ -34,30 +34,38 @@ fn workspace(c: usize, d: usize, dv: usize) -> [usize; 2] {
     ]
 }
 
-/// `W`, `A` and `P` of the chunk at `qw`, `kw` (`c` tokens, `b` at `bw`) from the start
-/// state `S` at `sw`, into `ww`, `aw`, `pw`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-#[rustfmt::skip]
-fn products(
-    ws: &mut Tensor<f32>,
-    qw: usize,
-    kw: usize,
-    sw: usize,
+/// Where a cube keeps its chunk's products `W`, `P`, `A`, forward and backward: right
+/// after its chunk, the rest of its workspace from `end`.
+#[derive(CubeType, Clone, Copy)]
+struct ProductsAt {
     ww: usize,
-    aw: usize,
     pw: usize,
-    c: usize,
-    d: usize,
-    bw: usize,
-) {
-    matmul(ws, rows(ww, c), rows(qw, d), transposed(kw, d), c, c, d, false);
-    mask(ws, ww, c, bw, 1.0);
-    matmul(ws, rows(aw, d), rows(qw, d), transposed(sw, d), c, d, d, false);
-    scale_rows(ws, aw, aw, c, d, bw, SINCE_START, 1.0);
-    matmul(ws, rows(aw, d), rows(ww, c), rows(kw, d), c, d, c, true);
-    matmul(ws, rows(pw, c), rows(qw, d), transposed(aw, d), c, c, d, false);
-    mask(ws, pw, c, bw, 2.0);
+    aw: usize,
+    end: usize,
+}
+
+/// [`ProductsAt`] after the chunk at `x`, for chunks of `chunk`.
+#[cube]
+fn products_at(x: &ChunkAt, chunk: usize, d: usize) -> ProductsAt {
+    let ww = x.end;
+    let pw = ww + chunk * chunk;
+    let aw = pw + chunk * chunk;
+    let end = aw + chunk * d;
+    ProductsAt { ww, pw, aw, end }
+}
+
+/// `W`, `A` and `P` of the chunk at `x` (`c` tokens) from the start state `S` at `sw`,
+/// into `p`.
+#[cube]
+#[rustfmt::skip]
+fn products(ws: &mut Tensor<f32>, x: &ChunkAt, sw: usize, p: &ProductsAt, c: usize, d: usize) {
+    matmul(ws, rows(p.ww, c), rows(x.qw, d), transposed(x.kw, d), c, c, d, false);
+    mask(ws, p.ww, c, x.bw, 1.0);
+    matmul(ws, rows(p.aw, d), rows(x.qw, d), transposed(sw, d), c, d, d, false);
+    scale_rows(ws, p.aw, p.aw, c, d, x.bw, SINCE_START, 1.0);
+    matmul(ws, rows(p.aw, d), rows(p.ww, c), rows(x.kw, d), c, d, c, true);
+    matmul(ws, rows(p.pw, c), rows(x.qw, d), transposed(p.aw, d), c, c, d, false);
+    mask(ws, p.pw, c, x.bw, 2.0);
 }
 
 /// `[q, k, v, log g, state]` → `o` and the final state `[S | Z]` into `packed`, every
@@ -90,10 +98,9 @@ pub(crate) fn forward(
     let chunks = time.div_ceil(chunk);
     let x = chunk_at(seq * ws.stride(0), n);
     let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
-    let ww = x.end;
-    let pw = ww + chunk * chunk;
-    let aw = pw + chunk * chunk;
-    let ow = aw + chunk * d;
+    let p = products_at(&x, chunk, d);
+    let (pw, aw) = (p.pw, p.aw);
+    let ow = p.end;
     let sw = ow + chunk * dv;
     let zw = sw + d * d;
     let ekw = zw + d * dv;
@@ -104,7 +111,7 @@ pub(crate) fn forward(
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, sw, len);
         load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
-        products(ws, qw, kw, sw, ww, aw, pw, c, d, bw);
+        products(ws, &x, sw, &p, c, d);
         // O = diag(a²) Q Z + P V.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(zw, dv), c, dv, d, false);
         scale_rows(ws, ow, ow, c, dv, bw, SINCE_START, 2.0);
@@ -123,15 +130,13 @@ pub(crate) fn forward(
 }
 
 /// Where a backward cube keeps, in its workspace, its chunk (`x`: `q`, `k`, `v`, `b`), the
-/// products `W`, `P`, `A`, the start state `[S | Z]` and its gradient `[∂S | ∂Z]`, `∂O`,
+/// products (`p`), the start state `[S | Z]` and its gradient `[∂S | ∂Z]`, `∂O`,
 /// `G`, `H`, `∂A`, three scaled copies (`t1`, `t2` of width `d`, `tv` of `dv`) and the
 /// chunk's `∂Q`, `∂K`, `∂V`: the backward half of [`workspace`].
 #[derive(CubeType, Clone, Copy)]
 struct Backward {
     x: ChunkAt,
-    ww: usize,
-    pw: usize,
-    aw: usize,
+    p: ProductsAt,
     sw: usize,
     zw: usize,
     dsw: usize,
@@ -152,10 +157,8 @@ struct Backward {
 #[cube]
 #[rustfmt::skip]
 fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
-    let ww = x.end;
-    let pw = ww + chunk * chunk;
-    let aw = pw + chunk * chunk;
-    let sw = aw + chunk * d;
+    let p = products_at(&x, chunk, d);
+    let sw = p.end;
     let zw = sw + d * d;
     let dsw = zw + d * dv;
     let dzw = dsw + d * d;
@@ -170,7 +173,7 @@ fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
     Backward {
-        x, ww, pw, aw, sw, zw, dsw, dzw, gw, gm, hm, daw, t1, t2, tv, dqw, dkw, dvw
+        x, p, sw, zw, dsw, dzw, gw, gm, hm, daw, t1, t2, tv, dqw, dkw, dvw
     }
 }
 
@@ -183,8 +186,8 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
     matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.x.vw, dv), c, c, dv, false);
     mask(ws, w.gm, c, w.x.bw, 2.0);
     // ∂V = Pᵀ ∂O + diag(e²) A ∂Z.
-    scale_rows(ws, w.t1, w.aw, c, d, w.x.bw, UNTIL_END, 2.0);
-    matmul(ws, rows(w.dvw, dv), transposed(w.pw, c), rows(w.gw, dv), c, dv, c, false);
+    scale_rows(ws, w.t1, w.p.aw, c, d, w.x.bw, UNTIL_END, 2.0);
+    matmul(ws, rows(w.dvw, dv), transposed(w.p.pw, c), rows(w.gw, dv), c, dv, c, false);
     matmul(ws, rows(w.dvw, dv), rows(w.t1, d), rows(w.dzw, dv), c, dv, d, true);
     // ∂A = Gᵀ Q + diag(e²) V ∂Zᵀ.
     scale_rows(ws, w.tv, w.x.vw, c, dv, w.x.bw, UNTIL_END, 2.0);
@@ -197,12 +200,12 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
     scale_rows(ws, w.tv, w.gw, c, dv, w.x.bw, SINCE_START, 2.0);
     scale_rows(ws, w.t2, w.daw, c, d, w.x.bw, SINCE_START, 1.0);
     matmul(ws, rows(w.dqw, d), rows(w.tv, dv), transposed(w.zw, dv), c, d, dv, false);
-    matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.aw, d), c, d, c, true);
+    matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.p.aw, d), c, d, c, true);
     matmul(ws, rows(w.dqw, d), rows(w.t2, d), rows(w.sw, d), c, d, d, true);
     matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.x.kw, d), c, d, c, true);
     // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ).
     scale_rows(ws, w.t1, w.x.kw, c, d, w.x.bw, UNTIL_END, 1.0);
-    matmul(ws, rows(w.dkw, d), transposed(w.ww, c), rows(w.daw, d), c, d, c, false);
+    matmul(ws, rows(w.dkw, d), transposed(w.p.ww, c), rows(w.daw, d), c, d, c, false);
     matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.x.qw, d), c, d, c, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), rows(w.dsw, d), c, d, d, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), transposed(w.dsw, d), c, d, d, true);
@@ -260,7 +263,7 @@ pub(crate) fn backward(
         load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, w.sw, starts, (seq * chunks + i) * len, len);
         load_chunk(ws, &w.x, q, k, v, log_g, seq, i, n);
-        products(ws, w.x.qw, w.x.kw, w.sw, w.ww, w.aw, w.pw, c, d, w.x.bw);
+        products(ws, &w.x, w.sw, &w.p, c, d);
         chunk_grads(ws, &w, c, d, dv);
         store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);

@@ -34,27 +34,50 @@ fn workspace(c: usize, d: usize, dv: usize) -> [usize; 2] {
     ]
 }
 
-/// `W`, `A`, `B` and `T` of the chunk at `qw`, `kw`, `vw` (`c` tokens, `b` at `bw`) from
-/// the start states `S` at `sw` and `P` after it, into `ww` and the three after it (each
-/// sized for chunks of `chunk`).
+/// Where a cube keeps its chunk's products `W`, `A`, `B`, `T`, forward and backward:
+/// right after its chunk, the rest of its workspace from `end`.
+#[derive(CubeType, Clone, Copy)]
+struct ProductsAt {
+    ww: usize,
+    aw: usize,
+    bmw: usize,
+    tw: usize,
+    end: usize,
+}
+
+/// [`ProductsAt`] after the chunk at `x`, for chunks of `chunk`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-#[rustfmt::skip]
-fn products(ws: &mut Tensor<f32>, qw: usize, kw: usize, vw: usize, sw: usize, ww: usize, c: usize, chunk: usize, d: usize, dv: usize, bw: usize) {
-    let pw = sw + d * d;
+fn products_at(x: &ChunkAt, chunk: usize, d: usize, dv: usize) -> ProductsAt {
+    let ww = x.end;
     let aw = ww + chunk * chunk;
     let bmw = aw + chunk * d;
     let tw = bmw + chunk * dv;
-    matmul(ws, rows(ww, c), rows(qw, d), transposed(kw, d), c, c, d, false);
-    mask(ws, ww, c, bw, 1.0);
-    matmul(ws, rows(aw, d), rows(qw, d), transposed(sw, d), c, d, d, false);
-    scale_rows(ws, aw, aw, c, d, bw, SINCE_START, 1.0);
-    matmul(ws, rows(aw, d), rows(ww, c), rows(kw, d), c, d, c, true);
-    matmul(ws, rows(bmw, dv), rows(qw, d), rows(pw, dv), c, dv, d, false);
-    scale_rows(ws, bmw, bmw, c, dv, bw, SINCE_START, 1.0);
-    matmul(ws, rows(bmw, dv), rows(ww, c), rows(vw, dv), c, dv, c, true);
-    matmul(ws, rows(tw, c), rows(qw, d), transposed(aw, d), c, c, d, false);
-    mask(ws, tw, c, bw, 3.0);
+    let end = tw + chunk * chunk;
+    ProductsAt {
+        ww,
+        aw,
+        bmw,
+        tw,
+        end,
+    }
+}
+
+/// `W`, `A`, `B` and `T` of the chunk at `x` (`c` tokens) from the start states `S` at
+/// `sw` and `P` after it, into `p`.
+#[cube]
+#[rustfmt::skip]
+fn products(ws: &mut Tensor<f32>, x: &ChunkAt, sw: usize, p: &ProductsAt, c: usize, d: usize, dv: usize) {
+    let pw = sw + d * d;
+    matmul(ws, rows(p.ww, c), rows(x.qw, d), transposed(x.kw, d), c, c, d, false);
+    mask(ws, p.ww, c, x.bw, 1.0);
+    matmul(ws, rows(p.aw, d), rows(x.qw, d), transposed(sw, d), c, d, d, false);
+    scale_rows(ws, p.aw, p.aw, c, d, x.bw, SINCE_START, 1.0);
+    matmul(ws, rows(p.aw, d), rows(p.ww, c), rows(x.kw, d), c, d, c, true);
+    matmul(ws, rows(p.bmw, dv), rows(x.qw, d), rows(pw, dv), c, dv, d, false);
+    scale_rows(ws, p.bmw, p.bmw, c, dv, x.bw, SINCE_START, 1.0);
+    matmul(ws, rows(p.bmw, dv), rows(p.ww, c), rows(x.vw, dv), c, dv, c, true);
+    matmul(ws, rows(p.tw, c), rows(x.qw, d), transposed(p.aw, d), c, c, d, false);
+    mask(ws, p.tw, c, x.bw, 3.0);
 }
 
 /// `[q, k, v, log g, state]` → `o` and the final state `[S | P | Y]` into `packed`, every
@@ -87,11 +110,9 @@ pub(crate) fn forward(
     let chunks = time.div_ceil(chunk);
     let x = chunk_at(seq * ws.stride(0), n);
     let (qw, kw, vw, bw) = (x.qw, x.kw, x.vw, x.bw);
-    let ww = x.end;
-    let aw = ww + chunk * chunk;
-    let bmw = aw + chunk * d;
-    let tw = bmw + chunk * dv;
-    let ow = tw + chunk * chunk;
+    let p = products_at(&x, chunk, d, dv);
+    let (aw, bmw, tw) = (p.aw, p.bmw, p.tw);
+    let ow = p.end;
     let sw = ow + chunk * dv;
     let pw = sw + d * d;
     let yw = pw + d * dv;
@@ -103,7 +124,7 @@ pub(crate) fn forward(
         let c = span(i, chunk, time);
         store(starts, (seq * chunks + i) * len, ws, sw, len);
         load_chunk(ws, &x, q, k, v, log_g, seq, i, n);
-        products(ws, qw, kw, vw, sw, ww, c, chunk, d, dv, bw);
+        products(ws, &x, sw, &p, c, d, dv);
         // O = diag(a³) Q Y + T B.
         matmul(ws, rows(ow, dv), rows(qw, d), rows(yw, dv), c, dv, d, false);
         scale_rows(ws, ow, ow, c, dv, bw, SINCE_START, 3.0);
@@ -123,17 +144,14 @@ pub(crate) fn forward(
 }
 
 /// Where a backward cube keeps, in its workspace, its chunk (`x`: `q`, `k`, `v`, `b`), the
-/// products `W`, `A`, `B`, `T`, the start state `[S | P | Y]` and its gradient
+/// products (`p`), the start state `[S | P | Y]` and its gradient
 /// `[∂S | ∂P | ∂Y]`, `∂O`, `G`, `H`, `∂A`, `∂B`, five scaled copies (`t1`, `t2` of width
 /// `d`, `tv1` to `tv3` of `dv`) and the chunk's `∂Q`, `∂K`, `∂V`: the backward half of
 /// [`workspace`].
 #[derive(CubeType, Clone, Copy)]
 struct Backward {
     x: ChunkAt,
-    ww: usize,
-    aw: usize,
-    bmw: usize,
-    tw: usize,
+    p: ProductsAt,
     sw: usize,
     pw: usize,
     yw: usize,
@@ -159,11 +177,8 @@ struct Backward {
 #[cube]
 #[rustfmt::skip]
 fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
-    let ww = x.end;
-    let aw = ww + chunk * chunk;
-    let bmw = aw + chunk * d;
-    let tw = bmw + chunk * dv;
-    let sw = tw + chunk * chunk;
+    let p = products_at(&x, chunk, d, dv);
+    let sw = p.end;
     let pw = sw + d * d;
     let yw = pw + d * dv;
     let dsw = yw + d * dv;
@@ -183,7 +198,7 @@ fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
     let dkw = dqw + chunk * d;
     let dvw = dkw + chunk * d;
     Backward {
-        x, ww, aw, bmw, tw, sw, pw, yw, dsw, dpw, dyw, gw, gm, hm, daw, dbw, t1, t2, tv1, tv2, tv3,
+        x, p, sw, pw, yw, dsw, dpw, dyw, gw, gm, hm, daw, dbw, t1, t2, tv1, tv2, tv3,
         dqw, dkw, dvw
     }
 }
@@ -194,13 +209,13 @@ fn backward_layout(x: ChunkAt, chunk: usize, d: usize, dv: usize) -> Backward {
 #[rustfmt::skip]
 fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize) {
     // G = (∂O Bᵀ) ⊙ D³.
-    matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.bmw, dv), c, c, dv, false);
+    matmul(ws, rows(w.gm, c), rows(w.gw, dv), transposed(w.p.bmw, dv), c, c, dv, false);
     mask(ws, w.gm, c, w.x.bw, 3.0);
     // ∂B = Tᵀ ∂O + diag(e³) A ∂Y,  ∂A = Gᵀ Q + diag(e³) B ∂Yᵀ.
-    scale_rows(ws, w.t1, w.aw, c, d, w.x.bw, UNTIL_END, 3.0);
-    scale_rows(ws, w.tv1, w.bmw, c, dv, w.x.bw, UNTIL_END, 3.0);
+    scale_rows(ws, w.t1, w.p.aw, c, d, w.x.bw, UNTIL_END, 3.0);
+    scale_rows(ws, w.tv1, w.p.bmw, c, dv, w.x.bw, UNTIL_END, 3.0);
     matmul(ws, rows(w.dbw, dv), rows(w.t1, d), rows(w.dyw, dv), c, dv, d, false);
-    matmul(ws, rows(w.dbw, dv), transposed(w.tw, c), rows(w.gw, dv), c, dv, c, true);
+    matmul(ws, rows(w.dbw, dv), transposed(w.p.tw, c), rows(w.gw, dv), c, dv, c, true);
     matmul(ws, rows(w.daw, d), transposed(w.gm, c), rows(w.x.qw, d), c, d, c, false);
     matmul(ws, rows(w.daw, d), rows(w.tv1, dv), transposed(w.dyw, dv), c, d, dv, true);
     // H = (∂A Kᵀ + ∂B Vᵀ) ⊙ D.
@@ -212,20 +227,20 @@ fn chunk_grads(ws: &mut Tensor<f32>, w: &Backward, c: usize, d: usize, dv: usize
     scale_rows(ws, w.t2, w.daw, c, d, w.x.bw, SINCE_START, 1.0);
     scale_rows(ws, w.tv3, w.dbw, c, dv, w.x.bw, SINCE_START, 1.0);
     matmul(ws, rows(w.dqw, d), rows(w.tv2, dv), transposed(w.yw, dv), c, d, dv, false);
-    matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.aw, d), c, d, c, true);
+    matmul(ws, rows(w.dqw, d), rows(w.gm, c), rows(w.p.aw, d), c, d, c, true);
     matmul(ws, rows(w.dqw, d), rows(w.t2, d), rows(w.sw, d), c, d, d, true);
     matmul(ws, rows(w.dqw, d), rows(w.tv3, dv), transposed(w.pw, dv), c, d, dv, true);
     matmul(ws, rows(w.dqw, d), rows(w.hm, c), rows(w.x.kw, d), c, d, c, true);
     // ∂K = Wᵀ ∂A + Hᵀ Q + diag(e) K (∂S + ∂Sᵀ) + diag(e) V ∂Pᵀ.
     scale_rows(ws, w.t1, w.x.kw, c, d, w.x.bw, UNTIL_END, 1.0);
     scale_rows(ws, w.tv1, w.x.vw, c, dv, w.x.bw, UNTIL_END, 1.0);
-    matmul(ws, rows(w.dkw, d), transposed(w.ww, c), rows(w.daw, d), c, d, c, false);
+    matmul(ws, rows(w.dkw, d), transposed(w.p.ww, c), rows(w.daw, d), c, d, c, false);
     matmul(ws, rows(w.dkw, d), transposed(w.hm, c), rows(w.x.qw, d), c, d, c, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), rows(w.dsw, d), c, d, d, true);
     matmul(ws, rows(w.dkw, d), rows(w.t1, d), transposed(w.dsw, d), c, d, d, true);
     matmul(ws, rows(w.dkw, d), rows(w.tv1, dv), transposed(w.dpw, dv), c, d, dv, true);
     // ∂V = Wᵀ ∂B + diag(e) K ∂P.
-    matmul(ws, rows(w.dvw, dv), transposed(w.ww, c), rows(w.dbw, dv), c, dv, c, false);
+    matmul(ws, rows(w.dvw, dv), transposed(w.p.ww, c), rows(w.dbw, dv), c, dv, c, false);
     matmul(ws, rows(w.dvw, dv), rows(w.t1, d), rows(w.dpw, dv), c, dv, d, true);
 }
 
@@ -283,7 +298,7 @@ pub(crate) fn backward(
         load(ws, w.gw, grad, (seq * time + c0) * dv, c * dv);
         load(ws, w.sw, starts, (seq * chunks + i) * len, len);
         load_chunk(ws, &w.x, q, k, v, log_g, seq, i, n);
-        products(ws, w.x.qw, w.x.kw, w.x.vw, w.sw, w.ww, c, chunk, d, dv, w.x.bw);
+        products(ws, &w.x, w.sw, &w.p, c, d, dv);
         chunk_grads(ws, &w, c, d, dv);
         store(dq, (seq * time + c0) * d, ws, w.dqw, c * d);
         store(dk, (seq * time + c0) * d, ws, w.dkw, c * d);
